@@ -1,0 +1,124 @@
+/*
+ * backend.h - backends, buffers, the graph allocator and computing graphs.
+ *
+ * A backend is a device that computes graphs: the CPU (a persistent thread
+ * pool with SIMD kernels) or a GPU (Vulkan). Every compute returns a
+ * tsl_status and, when it is not TSL_SUCCESS, fills the caller's tsl_error
+ * record (see tensile.h and docs/FAULTS.md). Records are per call: two threads
+ * computing on two graphs each get their own.
+ *
+ * Ownership: the caller owns backends, buffers and graph allocators it
+ * creates and frees each with its free call. Freeing a backend while one of
+ * its buffers is alive is a bug (asserted).
+ */
+#ifndef TENSILE_BACKEND_H
+#define TENSILE_BACKEND_H
+
+#include "tensile.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tsl_backend tsl_backend;
+typedef struct tsl_buffer tsl_buffer;
+
+/* Abort callback: return true to stop the compute. Checked between nodes
+ * (CPU) or command buffers (GPU); the compute then returns TSL_ABORTED. */
+typedef bool (*tsl_abort_fn)(void *user);
+
+/* ------------------------------------------------------------------------ */
+/* Backends                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The CPU backend with n_threads workers (<= 0: one per online core).
+ * Returns NULL (and fills err if given) if threads cannot be started. */
+tsl_backend *tsl_backend_cpu_new(int n_threads, tsl_error *err);
+/* Free a backend; NULL is a no-op. Stops its threads. */
+void tsl_backend_free(tsl_backend *be);
+/* "cpu", "vulkan0" */
+const char *tsl_backend_name(const tsl_backend *be);
+/* Human-readable device description ("AMD EPYC, 2 threads, avx512"). */
+const char *tsl_backend_device(const tsl_backend *be);
+int tsl_backend_cpu_threads(const tsl_backend *be);
+/* Change the CPU backend's thread count (restarts the pool). */
+tsl_status tsl_backend_cpu_set_threads(tsl_backend *be, int n_threads, tsl_error *err);
+/* Name of the SIMD kernel set in use: "avx512", "avx2", "neon", "generic". */
+const char *tsl_cpu_simd_name(void);
+
+/* Can this backend compute this node as built (op, types, layout)? */
+bool tsl_backend_supports_op(const tsl_backend *be, const tsl_tensor *node);
+
+/* Compute every node of g. Every tensor the graph touches must have data
+ * (allocated in a context with data, a buffer of this backend, or the graph
+ * allocator). Returns TSL_SUCCESS, or a failure status with err filled
+ * (err may be NULL). On CPU:
+ *   FAILED   - a node whose data is missing, an op/type with no kernel, an
+ *              out-of-range get_rows index; naming the node, op and tensor.
+ *   ABORTED  - the abort callback said stop (checked between nodes).
+ * Nothing is latched: the next compute starts clean. */
+tsl_status tsl_backend_graph_compute(tsl_backend *be, tsl_graph *g, tsl_error *err);
+/* Start a compute and return; the status of the work comes from
+ * tsl_backend_synchronize, on the call that failed. On CPU the work runs on
+ * the calling thread and synchronize returns its status. */
+tsl_status tsl_backend_graph_compute_async(tsl_backend *be, tsl_graph *g, tsl_error *err);
+tsl_status tsl_backend_synchronize(tsl_backend *be, tsl_error *err);
+
+void tsl_backend_set_abort_callback(tsl_backend *be, tsl_abort_fn fn, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* Buffers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Allocate a buffer of size bytes on the backend. Returns NULL and fills err
+ * with TSL_ALLOC_FAILED when the memory cannot be had. */
+tsl_buffer *tsl_buffer_alloc(tsl_backend *be, size_t size, tsl_error *err);
+void tsl_buffer_free(tsl_buffer *buf);
+size_t tsl_buffer_size(const tsl_buffer *buf);
+/* Alignment every tensor placed in this buffer respects (bytes). */
+size_t tsl_buffer_alignment(const tsl_buffer *buf);
+/* Host address of the buffer if it is host memory, else NULL. */
+void *tsl_buffer_host_ptr(const tsl_buffer *buf);
+/* Place t (no data yet) at byte offset in buf. Returns FAILED if it does not
+ * fit, is misaligned, or t already has data; views are placed by their source. */
+tsl_status tsl_buffer_place(tsl_buffer *buf, tsl_tensor *t, size_t offset, tsl_error *err);
+/* Allocate one buffer for every tensor of ctx that has no data yet, packed in
+ * creation order, and place them. Returns NULL with err filled on failure. */
+tsl_buffer *tsl_buffer_alloc_ctx(tsl_backend *be, tsl_context *ctx, tsl_error *err);
+/* Mark the buffer's contents as persistent (weights): after device recovery
+ * they are restored from their host source (backend.h, recovery issue). */
+void tsl_buffer_set_persistent(tsl_buffer *buf, bool on);
+
+/* Copy bytes into / out of a tensor's data, whatever its buffer. offset and
+ * size are in bytes within tsl_nbytes(t). Returns FAILED (err filled) when t
+ * has no data or buffer, or the range is out of bounds; never aborts. */
+tsl_status tsl_tensor_set(tsl_tensor *t, const void *src, size_t offset, size_t size, tsl_error *err);
+tsl_status tsl_tensor_get(const tsl_tensor *t, void *dst, size_t offset, size_t size, tsl_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* The graph allocator                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Places every tensor of a graph that has no data into one backend buffer,
+ * reusing memory by liveness: a node's output takes the space of inputs whose
+ * last reader it was, in place where the op allows it (element-wise ops of the
+ * same size). Tensors flagged INPUT or OUTPUT are never reused; leafs without
+ * data are allocated and live for the whole graph. Views share their source.
+ * The buffer grows to the largest graph seen (re-allocating when needed). */
+typedef struct tsl_gallocr tsl_gallocr;
+
+tsl_gallocr *tsl_gallocr_new(tsl_backend *be);
+void tsl_gallocr_free(tsl_gallocr *ga);
+/* Plan and place g. Returns ALLOC_FAILED (err filled) when the buffer cannot
+ * be had; FAILED when a tensor is malformed (e.g. a view of a tensor with no
+ * data that is not in the graph). */
+tsl_status tsl_gallocr_alloc_graph(tsl_gallocr *ga, tsl_graph *g, tsl_error *err);
+/* Bytes of the buffer the last plan needed (its peak). */
+size_t tsl_gallocr_peak(const tsl_gallocr *ga);
+/* Bytes the last plan would have needed with no reuse (sum of all sizes). */
+size_t tsl_gallocr_total(const tsl_gallocr *ga);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TENSILE_BACKEND_H */

@@ -1,0 +1,109 @@
+/*
+ * cpu.h - private interface of the CPU backend: the kernel calling
+ * convention, the thread pool, and the SIMD function table.
+ *
+ * Execution model (ggml-like): all threads of the pool run every node; a
+ * kernel receives its thread index ith of nth and does its share (usually a
+ * range of rows). Threads meet at a barrier after each node. A kernel that
+ * needs two phases (convert the activations, then multiply) calls
+ * cpu_barrier() between them; every thread must call it the same number of
+ * times. Scratch memory (wdata) is planned per node before the compute
+ * (cpu_op_wsize) and shared by all threads.
+ *
+ * Kernels report a data error (an out-of-range index) through
+ * cpu_kernel_fail(); the first one wins and the compute returns FAILED.
+ */
+#ifndef TSL_CPU_H
+#define TSL_CPU_H
+
+#include <stdatomic.h>
+
+#include "core/core.h"
+
+typedef struct cpu_pool cpu_pool;
+
+typedef struct cpu_params {
+    int ith, nth;
+    void *wdata;      /* shared scratch, at least cpu_op_wsize(node, nth) bytes, 64-byte aligned */
+    size_t wsize;
+    cpu_pool *pool;   /* for cpu_barrier */
+    _Atomic int *fail;       /* set to 1 by cpu_kernel_fail */
+    char *fail_msg;          /* 256 bytes, written by the first failing thread */
+} cpu_params;
+
+typedef void (*cpu_kernel_fn)(const cpu_params *p, tsl_tensor *dst);
+
+/* The kernel for a node, or NULL if the CPU has none for this op/type combo. */
+cpu_kernel_fn cpu_kernel_for(const tsl_tensor *node);
+/* Scratch bytes the node needs with nth threads. */
+size_t cpu_op_wsize(const tsl_tensor *node, int nth);
+/* Wait for all threads of the pool. */
+void cpu_barrier(const cpu_params *p);
+/* Report a data error from inside a kernel (first wins). */
+void cpu_kernel_fail(const cpu_params *p, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Rows [*r0, *r1) of nrows that thread ith of nth handles. */
+static inline void cpu_split_rows(int64_t nrows, int ith, int nth, int64_t *r0, int64_t *r1) {
+    int64_t per = (nrows + nth - 1) / nth;
+    int64_t a = per * ith, b = a + per;
+    *r0 = a < nrows ? a : nrows;
+    *r1 = b < nrows ? b : nrows;
+}
+
+/* ---- thread pool ------------------------------------------------------- */
+
+/* Runs job(ith, nth, arg) on n threads (the caller is thread 0) and returns
+ * when all are done. Workers persist between runs and spin briefly, then
+ * sleep, while idle. */
+cpu_pool *cpu_pool_new(int n_threads);
+void cpu_pool_free(cpu_pool *pool);
+int cpu_pool_size(const cpu_pool *pool);
+void cpu_pool_run(cpu_pool *pool, void (*job)(int ith, int nth, void *arg), void *arg);
+void cpu_pool_barrier(cpu_pool *pool);
+
+/* ---- SIMD function table ----------------------------------------------
+ * One table per instruction set (simd_generic.c, simd_avx2.c, simd_avx512.c,
+ * simd_neon.c), chosen once at start from what the CPU reports. Every entry
+ * computes the same result as the generic one up to float reassociation. */
+typedef struct cpu_simd {
+    const char *name;
+    /* dot products over n elements (n a multiple of 32 for the quantized ones) */
+    float (*dot_f32)(int64_t n, const float *a, const float *b);
+    float (*dot_f16)(int64_t n, const tsl_fp16_t *a, const tsl_fp16_t *b);
+    float (*dot_bf16)(int64_t n, const tsl_bf16_t *a, const tsl_bf16_t *b);
+    float (*dot_q8_0_q8_0)(int64_t n, const tsl_block_q8_0 *a, const tsl_block_q8_0 *b);
+    float (*dot_q4_0_q8_0)(int64_t n, const tsl_block_q4_0 *a, const tsl_block_q8_0 *b);
+    /* conversions of n elements */
+    void (*f16_to_f32)(int64_t n, const tsl_fp16_t *src, float *dst);
+    void (*f32_to_f16)(int64_t n, const float *src, tsl_fp16_t *dst);
+    void (*bf16_to_f32)(int64_t n, const tsl_bf16_t *src, float *dst);
+    void (*f32_to_bf16)(int64_t n, const float *src, tsl_bf16_t *dst);
+    /* quantize activations for the integer dot products (same bytes as
+     * tsl_quantize(TSL_TYPE_Q8_0, ...)) */
+    void (*quantize_q8_0)(int64_t n, const float *src, tsl_block_q8_0 *dst);
+    /* y += a * x ; y = x * s */
+    void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
+    void (*scale_f32)(int64_t n, float s, const float *x, float *y);
+} cpu_simd;
+
+/* The table in use (selected on first call; TSL_SIMD=generic|avx2|avx512
+ * forces one the CPU supports). */
+const cpu_simd *cpu_simd_get(void);
+/* Tables compiled in (NULL when that file was not built for this target). */
+extern const cpu_simd cpu_simd_generic;
+const cpu_simd *cpu_simd_avx2(void);
+const cpu_simd *cpu_simd_avx512(void);
+const cpu_simd *cpu_simd_neon(void);
+
+/* ---- matrix multiply ---------------------------------------------------
+ * The F32 GEMM used by mul_mat for F32 and F16 weights when the activation
+ * has several columns: C[m, n] = sum_k A[m, k] * B[n, k] over packed panels,
+ * multi-threaded over the pool. Defined in gemm.c. */
+void cpu_gemm_f32(const cpu_params *p, int64_t M, int64_t N, int64_t K, const float *A, size_t lda,
+                  const float *B, size_t ldb, float *C, size_t ldc);
+
+#endif /* TSL_CPU_H */

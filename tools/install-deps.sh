@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install what tensile needs to build and test on Debian (12 or later):
+# compiler, CMake, and a Python environment (.venv) with numpy and gguf for the
+# reference tests. Idempotent and quiet: installs only what is missing.
+# Runs as root, or through sudo when available.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+fi
+
+need=()
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  need+=(python3-venv)
+fi
+command -v clang >/dev/null 2>&1 || need+=(clang)
+
+if [ ${#need[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps: missing ${need[*]} and no apt-get to install them" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# Python packages for the reference tests, in a project-local environment.
+REQ="numpy gguf"
+stamp=.venv/.tensile-deps
+if [ ! -x .venv/bin/python3 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$REQ" ]; then
+  echo "install-deps: creating .venv with $REQ"
+  python3 -m venv .venv
+  .venv/bin/python3 -m pip install --quiet --disable-pip-version-check $REQ
+  echo "$REQ" > "$stamp"
+fi
