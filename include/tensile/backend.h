@@ -118,6 +118,80 @@ size_t tsl_gallocr_peak(const tsl_gallocr *ga);
 /* Bytes the last plan would have needed with no reuse (sum of all sizes). */
 size_t tsl_gallocr_total(const tsl_gallocr *ga);
 
+
+/* ------------------------------------------------------------------------ */
+/* Faults: classification, injection, transient handling (FAULTS.md 4,7,10)  */
+/* ------------------------------------------------------------------------ */
+
+/* When a driver code was returned: classification depends on it (an
+ * out-of-memory at submit is transient, at allocation it is ALLOC_FAILED). */
+typedef enum tsl_fault_phase {
+    TSL_PHASE_ANY = 0,   /* table rows only: matches every phase */
+    TSL_PHASE_SUBMIT,    /* submitting or completing work (queue submit, fence, command buffer status) */
+    TSL_PHASE_ALLOC,     /* allocating memory */
+    TSL_PHASE_BUILD,     /* building a kernel (shader module, pipeline, library, NVRTC) */
+} tsl_fault_phase;
+
+/* Map a driver code to a status through the driver's table (domains:
+ * "VkResult", "MTLCommandBufferErrorDomain", "IOGPU", "MTLLibraryErrorDomain",
+ * "MTLDevice", "CUresult", "nvrtcResult"). An unknown domain or code is
+ * TSL_DEVICE_LOST: when unsure, do not trust the device. *name (optional)
+ * receives the code's symbolic name, or "unknown". Success codes map to
+ * TSL_SUCCESS. */
+tsl_status tsl_fault_classify(const char *domain, int64_t code, tsl_fault_phase phase, const char **name);
+
+/* Fault classes that can be injected. */
+typedef enum tsl_fault_class {
+    TSL_FAULT_RETRY = 0, /* the driver refuses the work for a passing reason */
+    TSL_FAULT_LOST,      /* the device is lost */
+    TSL_FAULT_NOBUF,     /* a buffer lookup finds nothing */
+    TSL_FAULT_KERNEL,    /* a kernel fails to build */
+    TSL_FAULT_ALLOC,     /* an allocation fails */
+    TSL_FAULT_ABORT,     /* the abort callback says stop */
+    TSL_FAULT_CLASS_COUNT
+} tsl_fault_class;
+const char *tsl_fault_class_name(tsl_fault_class c); /* "retry", "lost", ... */
+
+/* Add injection rules to a backend, in the TSL_FAULT grammar (also read from
+ * the environment variable TSL_FAULT when a backend is created):
+ *   spec  := rule (';' rule)*
+ *   rule  := class ['@' cond (',' cond)*]        class: retry lost nobuf kernel alloc abort
+ *   cond  := key op value                        op: '=' '>' '<' '%' (every Nth)
+ *   keys  := compute (1-based count of computes on this backend), node, tensor
+ *            (name), op (op name), name (kernel name), bytes (allocation size),
+ *            times (fire at most this many times; the rule stays otherwise)
+ * e.g. "retry@compute=3;lost@compute=5;nobuf@tensor=blk.0.attn_q.weight;
+ *       kernel@name=mul_mat_f16_f32;alloc@bytes>1e9;nobuf@compute%7".
+ * A fault fires at the boundary where the real one would appear (the driver's
+ * answer, the buffer lookup, the kernel build, the allocation) and takes the
+ * same handling path. Returns FAILED with err naming the bad part (nothing
+ * added) on a syntax error. */
+tsl_status tsl_backend_inject(tsl_backend *be, const char *spec, tsl_error *err);
+/* Remove every injection rule of the backend. */
+void tsl_backend_inject_clear(tsl_backend *be);
+/* How many injected faults of class c fired on this backend. */
+uint64_t tsl_backend_injected(const tsl_backend *be, tsl_fault_class c);
+
+/* Availability gate: fn returns false while the application may not use the
+ * device (an app in the background). Computes then return TSL_RETRY at once,
+ * submitting nothing. NULL removes the gate. */
+typedef bool (*tsl_gate_fn)(void *user);
+void tsl_backend_set_gate(tsl_backend *be, tsl_gate_fn fn, void *user);
+
+/* Retry policy for callers who want transient failures handled for them. */
+typedef struct tsl_retry_policy {
+    int max_attempts;      /* total attempts, >= 1 */
+    int backoff_ms;        /* wait before the second attempt */
+    double backoff_factor; /* multiply the wait after each attempt (>= 1) */
+    int max_backoff_ms;    /* cap on one wait */
+    tsl_backend *fallback; /* when set, a graph still RETRY after the attempts
+                              runs once on this backend (normally the CPU) */
+} tsl_retry_policy;
+tsl_retry_policy tsl_retry_default(void); /* 3 attempts, 10 ms, x4, cap 1 s, no fallback */
+/* Compute g, retrying RETRY outcomes by policy; other statuses return at
+ * once. The record describes the last attempt (split = -1). */
+tsl_status tsl_graph_compute_retry(tsl_backend *be, tsl_graph *g, const tsl_retry_policy *policy, tsl_error *err);
+
 #ifdef __cplusplus
 }
 #endif

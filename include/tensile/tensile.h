@@ -452,8 +452,9 @@ double tsl_graph_flops(const tsl_graph *g);
 
 typedef enum tsl_log_level { TSL_LOG_DEBUG = 0, TSL_LOG_INFO, TSL_LOG_WARN, TSL_LOG_ERROR } tsl_log_level;
 typedef void (*tsl_log_fn)(tsl_log_level level, const char *line, void *user);
-/* Route library log lines (no trailing newline) to fn; NULL restores the
- * default (stderr, WARN and above; TSL_LOG=debug|info|warn|error overrides). */
+/* Route library log lines (no trailing newline) to fn, which receives every
+ * level (filter there); NULL restores the default: stderr, WARN and above,
+ * TSL_LOG=debug|info|warn|error|off overrides the threshold. */
 void tsl_log_set(tsl_log_fn fn, void *user);
 void tsl_log(tsl_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)

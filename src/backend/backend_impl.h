@@ -9,7 +9,11 @@
 #ifndef TSL_BACKEND_IMPL_H
 #define TSL_BACKEND_IMPL_H
 
+#include <stdatomic.h>
+
 #include "tensile/backend.h"
+
+struct fault_plan;
 
 typedef struct tsl_backend_vtable {
     const char *(*name)(const tsl_backend *be);
@@ -38,7 +42,20 @@ struct tsl_backend {
     tsl_abort_fn abort_fn;
     void *abort_user;
     int n_buffers_alive; /* freeing a backend with live buffers is a bug */
+    /* the fault contract's common state (src/backend/fault_api.c) */
+    tsl_gate_fn gate_fn;        /* availability gate, or NULL */
+    void *gate_user;
+    struct fault_plan *faults;  /* injection rules (TSL_FAULT and tsl_backend_inject) */
+    _Atomic uint64_t n_computes; /* computes started, 1-based at the injection sites */
 };
+
+/* Set up / tear down the common header: zero it, set vt, and read TSL_FAULT
+ * from the environment into the backend's injection plan (a malformed
+ * TSL_FAULT is reported in err and fails the init). Every backend's
+ * constructor calls backend_common_init first and its free calls
+ * backend_common_fini last. */
+tsl_status backend_common_init(tsl_backend *be, const tsl_backend_vtable *vt, tsl_error *err);
+void backend_common_fini(tsl_backend *be);
 
 struct tsl_buffer {
     tsl_backend *be;

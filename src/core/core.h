@@ -54,6 +54,13 @@ void *ctx_arena_alloc(tsl_context *ctx, size_t size, size_t align);
 /* A new tensor without data regardless of no_alloc (for views). */
 tsl_tensor *ctx_new_tensor_meta(tsl_context *ctx, tsl_type type, const int64_t ne[4], const size_t nb[4]);
 
+/* A tensor in ctx; `who` (an op name, or NULL) prefixes error messages such
+ * as "add: arena full: ...". nb NULL means contiguous strides; with_data asks
+ * for arena data (ignored when the context is no_alloc). Validates the type
+ * and byte-size overflow; the caller validates the shape. */
+tsl_tensor *ctx_tensor_new(tsl_context *ctx, const char *who, tsl_type type, const int64_t ne[4],
+                           const size_t nb[4], bool with_data);
+
 /* Shape text "[a, b, c, d] type" into buf. */
 const char *core_shape_str(const tsl_tensor *t, char *buf, size_t n);
 
