@@ -345,7 +345,9 @@ tsl_tensor *tsl_cont(tsl_context *ctx, tsl_tensor *a);
  * ne[0] a multiple of the block length). */
 tsl_tensor *tsl_dup(tsl_context *ctx, tsl_tensor *a, tsl_type type);
 /* Copy a into b (same element count; b may be a strided view, e.g. a KV cache
- * slot), converting types. Returns a view of b that depends on the copy. */
+ * slot), converting types. Returns a view of b that depends on the copy.
+ * When a or b is quantized and a->ne[0] != b->ne[0], both must be contiguous
+ * with ne[0] a multiple of the block length; otherwise NULL and a ctx error. */
 tsl_tensor *tsl_cpy(tsl_context *ctx, tsl_tensor *a, tsl_tensor *b);
 
 tsl_tensor *tsl_add(tsl_context *ctx, tsl_tensor *a, tsl_tensor *b);
@@ -362,17 +364,19 @@ tsl_tensor *tsl_sum_rows(tsl_context *ctx, tsl_tensor *a);
 tsl_tensor *tsl_mean(tsl_context *ctx, tsl_tensor *a);
 /* Index of the largest element of each row of a 2-D a: I32 [ne1]. First wins ties. */
 tsl_tensor *tsl_argmax(tsl_context *ctx, tsl_tensor *a);
-/* Rows of a (any float or quantized type) picked by I32 indices:
+/* Rows of a (any float or quantized type, rows dense: a->nb[0] == block
+ * size) picked by I32 indices:
  * a [ne0, nrows, ne2, ne3], idx [n, ne2, ne3]  -> F32 [ne0, n, ne2, ne3].
  * An index out of range is an error reported by the compute (FAILED). */
 tsl_tensor *tsl_get_rows(tsl_context *ctx, tsl_tensor *a, tsl_tensor *idx);
 /* Matrix product, ggml semantics: a [K, M, A2, A3] (any float or quantized
  * type, rows dense), b [K, N, B2, B3] (F32; or F16 when a is F16), with
- * B2 % A2 == 0 and B3 % A3 == 0 (a broadcast over the batch):
+ * B2 % A2 == 0 and B3 % A3 == 0; b's batch (i2, i3) uses a's batch
+ * (i2 / (B2/A2), i3 / (B3/A3)), as grouped-query attention needs:
  * result F32 [M, N, B2, B3], r[m, n] = sum_k a[k, m] * b[k, n]. */
 tsl_tensor *tsl_mul_mat(tsl_context *ctx, tsl_tensor *a, tsl_tensor *b);
 /* Outer-product accumulation: a [M, K, A2, A3], b [N, K, B2, B3] (F32, a may
- * be F16/quantized), broadcast as mul_mat: result F32 [M, N, B2, B3],
+ * be F16/BF16/quantized), broadcast as mul_mat: result F32 [M, N, B2, B3],
  * r[m, n] = sum_k a[m, k] * b[n, k]. */
 tsl_tensor *tsl_out_prod(tsl_context *ctx, tsl_tensor *a, tsl_tensor *b);
 /* Per row: x / sqrt(mean(x^2) + eps). eps > 0. */
@@ -406,8 +410,8 @@ tsl_tensor *tsl_rope(tsl_context *ctx, tsl_tensor *a, tsl_tensor *pos, tsl_tenso
                      const tsl_rope_params *p);
 
 /* softmax(a * scale + mask) along rows. mask may be NULL; else F32 or F16
- * [ne0, >= ne1, m2, m3] with a->ne[2] % m2 == 0, a->ne[3] % m3 == 0 (row i of
- * a uses row i of the mask). -INFINITY in the mask excludes an element; a row
+ * [ne0, >= ne1, m2, m3] with a->ne[2] % m2 == 0, a->ne[3] % m3 == 0 (row
+ * (i1, i2, i3) of a uses mask row (i1, i2 % m2, i3 % m3)). -INFINITY in the mask excludes an element; a row
  * that excludes everything gives zeros. */
 tsl_tensor *tsl_soft_max(tsl_context *ctx, tsl_tensor *a, tsl_tensor *mask, float scale);
 tsl_tensor *tsl_silu(tsl_context *ctx, tsl_tensor *a);
