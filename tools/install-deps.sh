@@ -20,6 +20,9 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import venv, ensurepip' >
   need+=(python3-venv)
 fi
 command -v clang >/dev/null 2>&1 || need+=(clang)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# libraries: checked by their pkg-config files / headers
+pkg-config --exists libpcre2-8 2>/dev/null || need+=(libpcre2-dev)
 
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
@@ -28,12 +31,18 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
   echo "install-deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  log=$(mktemp)
+  if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"; } >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "install-deps: apt-get failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
 fi
 
 # Python packages for the reference tests, in a project-local environment.
-REQ="numpy gguf"
+REQ="numpy gguf tokenizers"
 stamp=.venv/.tensile-deps
 if [ ! -x .venv/bin/python3 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$REQ" ]; then
   echo "install-deps: creating .venv with $REQ"
