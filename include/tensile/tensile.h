@@ -144,12 +144,17 @@ float tsl_bf16_to_fp32(tsl_bf16_t h);
  * F16/BF16 convert). Returns bytes written, or 0 if the type is not a
  * float/quantized type or n is not a multiple of the block length. */
 size_t tsl_quantize(tsl_type t, const float *src, void *dst, int64_t n);
-/* The inverse; returns 0 on the same conditions. */
+/* The inverse. Returns bytes written (n * sizeof(float)), or 0 on the same
+ * conditions. */
 size_t tsl_dequantize(tsl_type t, const void *src, float *dst, int64_t n);
 /* Row-wise dot product of two rows of n elements: a of type t, b of the
  * type tsl_vec_dot_type(t) (F32 for F32, F16 for F16, BF16 for BF16, Q8_0 for
  * Q8_0 and Q4_0). Uses the fastest kernel this CPU has. */
 float tsl_vec_dot(tsl_type t, int64_t n, const void *a, const void *b);
+/* (tsl_vec_dot returns 0 for n == 0, and NAN for an unknown type, a NULL row,
+ * n < 0 or n not a multiple of the block length.) */
+/* The type b must have for tsl_vec_dot; TSL_TYPE_COUNT for a type with no
+ * dot product. */
 tsl_type tsl_vec_dot_type(tsl_type t);
 
 /* ------------------------------------------------------------------------ */

@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 
 #include "core/core.h"
+#include "core/simd.h"
 
 typedef struct cpu_pool cpu_pool;
 
@@ -65,39 +66,7 @@ int cpu_pool_size(const cpu_pool *pool);
 void cpu_pool_run(cpu_pool *pool, void (*job)(int ith, int nth, void *arg), void *arg);
 void cpu_pool_barrier(cpu_pool *pool);
 
-/* ---- SIMD function table ----------------------------------------------
- * One table per instruction set (simd_generic.c, simd_avx2.c, simd_avx512.c,
- * simd_neon.c), chosen once at start from what the CPU reports. Every entry
- * computes the same result as the generic one up to float reassociation. */
-typedef struct cpu_simd {
-    const char *name;
-    /* dot products over n elements (n a multiple of 32 for the quantized ones) */
-    float (*dot_f32)(int64_t n, const float *a, const float *b);
-    float (*dot_f16)(int64_t n, const tsl_fp16_t *a, const tsl_fp16_t *b);
-    float (*dot_bf16)(int64_t n, const tsl_bf16_t *a, const tsl_bf16_t *b);
-    float (*dot_q8_0_q8_0)(int64_t n, const tsl_block_q8_0 *a, const tsl_block_q8_0 *b);
-    float (*dot_q4_0_q8_0)(int64_t n, const tsl_block_q4_0 *a, const tsl_block_q8_0 *b);
-    /* conversions of n elements */
-    void (*f16_to_f32)(int64_t n, const tsl_fp16_t *src, float *dst);
-    void (*f32_to_f16)(int64_t n, const float *src, tsl_fp16_t *dst);
-    void (*bf16_to_f32)(int64_t n, const tsl_bf16_t *src, float *dst);
-    void (*f32_to_bf16)(int64_t n, const float *src, tsl_bf16_t *dst);
-    /* quantize activations for the integer dot products (same bytes as
-     * tsl_quantize(TSL_TYPE_Q8_0, ...)) */
-    void (*quantize_q8_0)(int64_t n, const float *src, tsl_block_q8_0 *dst);
-    /* y += a * x ; y = x * s */
-    void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
-    void (*scale_f32)(int64_t n, float s, const float *x, float *y);
-} cpu_simd;
-
-/* The table in use (selected on first call; TSL_SIMD=generic|avx2|avx512
- * forces one the CPU supports). */
-const cpu_simd *cpu_simd_get(void);
-/* Tables compiled in (NULL when that file was not built for this target). */
-extern const cpu_simd cpu_simd_generic;
-const cpu_simd *cpu_simd_avx2(void);
-const cpu_simd *cpu_simd_avx512(void);
-const cpu_simd *cpu_simd_neon(void);
+/* The SIMD row kernels (cpu_simd_get) are declared in core/simd.h. */
 
 /* ---- matrix multiply ---------------------------------------------------
  * The F32 GEMM used by mul_mat for F32 and F16 weights when the activation
