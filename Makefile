@@ -26,7 +26,7 @@ check: build
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 check-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSL_SANITIZE=ON -DTSL_WERROR=$(WERROR) $(CMAKE_ARGS) >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSL_SANITIZE=ON -DTSL_FUZZ=OFF -DTSL_WERROR=$(WERROR) $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		TSL_ASAN=1 ctest --output-on-failure -j $(JOBS)

@@ -23,6 +23,15 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # libraries: checked by their pkg-config files / headers
 pkg-config --exists libpcre2-8 2>/dev/null || need+=(libpcre2-dev)
+# libFuzzer (for the GGUF fuzz target) ships in clang's runtime package
+if command -v clang >/dev/null 2>&1; then
+  probe=$(mktemp -d)
+  printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' >"$probe/p.c"
+  clang -fsanitize=fuzzer "$probe/p.c" -o "$probe/p" >/dev/null 2>&1 || need+=(libclang-rt-dev)
+  rm -rf "$probe"
+else
+  need+=(libclang-rt-dev)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then

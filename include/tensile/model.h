@@ -1,0 +1,254 @@
+/*
+ * model.h - models: GGUF files (read and write).
+ *
+ * The GGUF section below reads and writes GGUF v3 files (v2 is read too: it
+ * has the same layout for little-endian files). The reader memory-maps the
+ * file, validates every byte of the header before it returns, and hands out
+ * tensor data as pointers into the mapping (zero-copy). The writer builds a
+ * file from key/value pairs and tensors and writes it atomically.
+ *
+ * Failure behaviour: nothing here aborts on a bad file or bad arguments.
+ * Calls that can fail return NULL or a tsl_status and, when given a
+ * tsl_error, fill it with a message naming the field and its byte offset,
+ * for example
+ *   gguf 'x.gguf': tensor 3 ('blk.0.attn_q.weight') data [offset 4096,
+ *   8192 bytes] runs past the end of the file (10000 bytes) at header
+ *   offset 612
+ * Status is TSL_FAILED for a bad file or argument, TSL_ALLOC_FAILED when
+ * memory could not be had.
+ *
+ * Threads: an open tsl_gguf is immutable, so any number of threads may read
+ * it at once. A writer is used by one thread at a time.
+ *
+ * Byte order: files are little-endian; big-endian GGUF files are refused.
+ * Array data and tensor data are handed out as stored, i.e. in the host's
+ * order on little-endian hosts (every host tensile builds for).
+ */
+#ifndef TENSILE_MODEL_H
+#define TENSILE_MODEL_H
+
+#include "tensile.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/* GGUF                                                                      */
+/* ======================================================================== */
+
+/* Value types of GGUF key/value pairs; the values are the file's ids. */
+typedef enum tsl_gguf_type {
+    TSL_GGUF_NONE = -1, /* returned for "no such key / index" */
+    TSL_GGUF_U8 = 0,
+    TSL_GGUF_I8 = 1,
+    TSL_GGUF_U16 = 2,
+    TSL_GGUF_I16 = 3,
+    TSL_GGUF_U32 = 4,
+    TSL_GGUF_I32 = 5,
+    TSL_GGUF_F32 = 6,
+    TSL_GGUF_BOOL = 7,   /* one byte, 0 or 1 (other values are rejected) */
+    TSL_GGUF_STRING = 8, /* u64 length + bytes, no NUL in the file */
+    TSL_GGUF_ARRAY = 9,  /* u32 element type + u64 count + elements */
+    TSL_GGUF_U64 = 10,
+    TSL_GGUF_I64 = 11,
+    TSL_GGUF_F64 = 12,
+    TSL_GGUF_TYPE_COUNT = 13,
+} tsl_gguf_type;
+
+/* Deepest array nesting the reader accepts (an array of arrays is depth 2). */
+#define TSL_GGUF_MAX_DEPTH 16
+/* Alignment of the data section and of every tensor when the file has no
+ * general.alignment key. */
+#define TSL_GGUF_DEFAULT_ALIGNMENT 32
+
+/* "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64",
+ * "i64", "f64"; "?" for anything else. */
+const char *tsl_gguf_type_name(tsl_gguf_type t);
+
+/* ---- reading ------------------------------------------------------------ */
+
+typedef struct tsl_gguf tsl_gguf;
+
+/* One tensor of the file. Owned by the tsl_gguf; valid until it is closed. */
+typedef struct tsl_gguf_tensor_info {
+    const char *name;          /* NUL-terminated */
+    tsl_type type;
+    int n_dims;                /* 1..4, as stored in the file */
+    int64_t ne[TSL_MAX_DIMS];  /* elements per dimension, ne[0] innermost; 1 past n_dims */
+    uint64_t offset;           /* byte offset within the data section */
+    size_t size;               /* bytes of data */
+    const void *data;          /* the data, inside the mapping (read-only memory) */
+} tsl_gguf_tensor_info;
+
+/* Map the file at path read-only and validate all of it: magic, version,
+ * counts (bounded by the file size before anything is allocated), every key
+ * and value (types, lengths, array nesting up to TSL_GGUF_MAX_DEPTH, bools
+ * that are 0 or 1), general.alignment (a u32 power of two), and every tensor
+ * info (name, n_dims 1..4, a shape whose size does not overflow - a
+ * dimension may be 0, as in ggml -, a type tensile knows, an aligned offset,
+ * data inside the file, no overlap with another tensor). Duplicate keys and
+ * duplicate tensor names are refused. Returns NULL with err filled on any
+ * problem: one message naming the field and its byte offset. The file must
+ * not be truncated by someone else while it is open (the mapping would fault). */
+tsl_gguf *tsl_gguf_open(const char *path, tsl_error *err);
+/* The same over bytes the caller owns (which must outlive the handle and not
+ * change). name appears in messages (NULL: "<memory>"). Tensor data pointers
+ * are aligned to the file's alignment only if data is. */
+tsl_gguf *tsl_gguf_open_memory(const void *data, size_t size, const char *name, tsl_error *err);
+/* Unmap and free. Tensor data pointers (and tensors loaded zero-copy by
+ * tsl_gguf_load_tensors) die with it. NULL is a no-op. */
+void tsl_gguf_close(tsl_gguf *g);
+
+uint32_t tsl_gguf_version(const tsl_gguf *g);
+/* Data alignment in bytes (general.alignment or 32). */
+size_t tsl_gguf_alignment(const tsl_gguf *g);
+/* File offset of the data section (tensor offsets are relative to it). */
+size_t tsl_gguf_data_offset(const tsl_gguf *g);
+/* File size in bytes. */
+size_t tsl_gguf_file_size(const tsl_gguf *g);
+
+/* ---- key/value pairs ---- */
+
+int64_t tsl_gguf_kv_count(const tsl_gguf *g);
+/* Key of pair i (NUL-terminated; keys never contain NUL), or NULL if i is out
+ * of range. */
+const char *tsl_gguf_key(const tsl_gguf *g, int64_t i);
+/* Index of key, or -1. */
+int64_t tsl_gguf_find_key(const tsl_gguf *g, const char *key);
+/* Type of pair i's value, or TSL_GGUF_NONE if i is out of range. */
+tsl_gguf_type tsl_gguf_kv_type(const tsl_gguf *g, int64_t i);
+
+/* Getters by key. On success they store the value in *out and return
+ * TSL_SUCCESS. When the key is missing or its value has another type they
+ * leave *out untouched and return TSL_FAILED with err (if given) naming the
+ * key, the type found and the type asked for; so a caller can pre-set a
+ * default and pass err = NULL for optional keys. */
+tsl_status tsl_gguf_get_u8(const tsl_gguf *g, const char *key, uint8_t *out, tsl_error *err);
+tsl_status tsl_gguf_get_i8(const tsl_gguf *g, const char *key, int8_t *out, tsl_error *err);
+tsl_status tsl_gguf_get_u16(const tsl_gguf *g, const char *key, uint16_t *out, tsl_error *err);
+tsl_status tsl_gguf_get_i16(const tsl_gguf *g, const char *key, int16_t *out, tsl_error *err);
+tsl_status tsl_gguf_get_u32(const tsl_gguf *g, const char *key, uint32_t *out, tsl_error *err);
+tsl_status tsl_gguf_get_i32(const tsl_gguf *g, const char *key, int32_t *out, tsl_error *err);
+tsl_status tsl_gguf_get_u64(const tsl_gguf *g, const char *key, uint64_t *out, tsl_error *err);
+tsl_status tsl_gguf_get_i64(const tsl_gguf *g, const char *key, int64_t *out, tsl_error *err);
+tsl_status tsl_gguf_get_f32(const tsl_gguf *g, const char *key, float *out, tsl_error *err);
+tsl_status tsl_gguf_get_f64(const tsl_gguf *g, const char *key, double *out, tsl_error *err);
+tsl_status tsl_gguf_get_bool(const tsl_gguf *g, const char *key, bool *out, tsl_error *err);
+/* A string value: *out is NUL-terminated and owned by g; *len (if len is not
+ * NULL) is its length in bytes (a string may hold NUL bytes). */
+tsl_status tsl_gguf_get_str(const tsl_gguf *g, const char *key, const char **out, size_t *len, tsl_error *err);
+/* Lenient numeric getters for model hyper-parameters that converters write
+ * with varying widths: any integer type (or bool) whose value fits int64, and
+ * any integer or float type as a double. */
+tsl_status tsl_gguf_get_int(const tsl_gguf *g, const char *key, int64_t *out, tsl_error *err);
+tsl_status tsl_gguf_get_float(const tsl_gguf *g, const char *key, double *out, tsl_error *err);
+
+/* An array value: its element type, element count, and its encoded elements
+ * (a pointer into the file: for fixed-size element types the n values packed
+ * little-endian, possibly unaligned - copy them with memcpy; for strings and
+ * nested arrays their GGUF encoding) and their byte size. Any out pointer may
+ * be NULL. Fails (as the scalar getters) when key is missing or not an array. */
+tsl_status tsl_gguf_get_arr(const tsl_gguf *g, const char *key, tsl_gguf_type *elem_type, uint64_t *n,
+                            const void **data, size_t *nbytes, tsl_error *err);
+/* Element i of an array of integers (or bools) whose value fits int64. */
+tsl_status tsl_gguf_get_arr_int(const tsl_gguf *g, const char *key, uint64_t i, int64_t *out, tsl_error *err);
+/* Element i of an array of integers or floats, as a double. */
+tsl_status tsl_gguf_get_arr_float(const tsl_gguf *g, const char *key, uint64_t i, double *out, tsl_error *err);
+/* Element i of an array of strings: NUL-terminated, owned by g; len may be NULL. */
+tsl_status tsl_gguf_get_arr_str(const tsl_gguf *g, const char *key, uint64_t i, const char **out, size_t *len,
+                                tsl_error *err);
+
+/* ---- tensors ---- */
+
+int64_t tsl_gguf_tensor_count(const tsl_gguf *g);
+/* Tensor i, or NULL if i is out of range. */
+const tsl_gguf_tensor_info *tsl_gguf_tensor(const tsl_gguf *g, int64_t i);
+/* Index of the tensor with this name, or -1. */
+int64_t tsl_gguf_find_tensor(const tsl_gguf *g, const char *name);
+/* Sum of the data sizes of all tensors (what a context with data needs for
+ * them, before per-tensor alignment). */
+size_t tsl_gguf_data_size(const tsl_gguf *g);
+
+/* Create one tensor in ctx per tensor of the file, in file order, named as
+ * in the file. In a no_alloc context each tensor's data points straight into
+ * the mapping (zero-copy; the memory is read-only and lives until
+ * tsl_gguf_close); otherwise the data is copied into the context's arena.
+ * Returns FAILED with err filled when a name does not fit TSL_MAX_NAME - 1
+ * bytes (nothing is created then) or the context's arena runs out (tensors
+ * made before that stay in ctx). */
+tsl_status tsl_gguf_load_tensors(tsl_gguf *g, tsl_context *ctx, tsl_error *err);
+
+/* ---- writing ------------------------------------------------------------ */
+
+typedef struct tsl_gguf_writer tsl_gguf_writer;
+
+/* A new, empty writer; NULL only if memory cannot be had. */
+tsl_gguf_writer *tsl_gguf_writer_new(void);
+/* Free the writer and its copies of keys and values (never tensor data). */
+void tsl_gguf_writer_free(tsl_gguf_writer *w);
+
+/* Setters. Keys are non-empty, NUL-terminated, at most 65535 bytes; setting a
+ * key again replaces its value in place. Each returns TSL_SUCCESS, or FAILED /
+ * ALLOC_FAILED; the first failure is also kept in the writer, later calls
+ * still run, and tsl_gguf_writer_write refuses with that first failure, so a
+ * caller may check once at the end. */
+tsl_status tsl_gguf_writer_set_u8(tsl_gguf_writer *w, const char *key, uint8_t v);
+tsl_status tsl_gguf_writer_set_i8(tsl_gguf_writer *w, const char *key, int8_t v);
+tsl_status tsl_gguf_writer_set_u16(tsl_gguf_writer *w, const char *key, uint16_t v);
+tsl_status tsl_gguf_writer_set_i16(tsl_gguf_writer *w, const char *key, int16_t v);
+tsl_status tsl_gguf_writer_set_u32(tsl_gguf_writer *w, const char *key, uint32_t v);
+tsl_status tsl_gguf_writer_set_i32(tsl_gguf_writer *w, const char *key, int32_t v);
+tsl_status tsl_gguf_writer_set_u64(tsl_gguf_writer *w, const char *key, uint64_t v);
+tsl_status tsl_gguf_writer_set_i64(tsl_gguf_writer *w, const char *key, int64_t v);
+tsl_status tsl_gguf_writer_set_f32(tsl_gguf_writer *w, const char *key, float v);
+tsl_status tsl_gguf_writer_set_f64(tsl_gguf_writer *w, const char *key, double v);
+tsl_status tsl_gguf_writer_set_bool(tsl_gguf_writer *w, const char *key, bool v);
+tsl_status tsl_gguf_writer_set_str(tsl_gguf_writer *w, const char *key, const char *s);
+/* An array of n fixed-size elements (any type but STRING and ARRAY) packed in
+ * host order; bools as bytes 0 or 1. The values are copied. n may be 0. */
+tsl_status tsl_gguf_writer_set_arr(tsl_gguf_writer *w, const char *key, tsl_gguf_type elem_type, const void *data,
+                                   uint64_t n);
+/* An array of n NUL-terminated strings (copied). */
+tsl_status tsl_gguf_writer_set_arr_str(tsl_gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+/* Copy the pair `key` of an open file verbatim (any type, nested arrays too). */
+tsl_status tsl_gguf_writer_copy_kv(tsl_gguf_writer *w, const tsl_gguf *g, const char *key);
+/* Data alignment (a power of two); written as general.alignment (u32).
+ * Without it the file uses 32 and has no general.alignment key. */
+tsl_status tsl_gguf_writer_set_alignment(tsl_gguf_writer *w, uint32_t alignment);
+
+/* Add a tensor: name (non-empty, at most TSL_MAX_NAME - 1 bytes, unique),
+ * type, 1..4 dimensions with ne[0] a multiple of the type's block length, and
+ * its bytes (contiguous, tsl_row_size(type, ne[0]) * ne[1] * ne[2] * ne[3] of
+ * them), which are read at write time: data must stay valid until then. */
+tsl_status tsl_gguf_writer_add_tensor(tsl_gguf_writer *w, const char *name, tsl_type type, int n_dims,
+                                      const int64_t *ne, const void *data);
+/* Or let a callback produce the bytes at write time, in order, in chunks:
+ * fill dst with bytes [offset, offset + n) of the tensor and return
+ * TSL_SUCCESS; any other status aborts the write (err, if filled, is passed
+ * on to the caller of tsl_gguf_writer_write). */
+typedef tsl_status (*tsl_gguf_fill_fn)(void *user, void *dst, size_t offset, size_t n, tsl_error *err);
+tsl_status tsl_gguf_writer_add_tensor_fn(tsl_gguf_writer *w, const char *name, tsl_type type, int n_dims,
+                                         const int64_t *ne, tsl_gguf_fill_fn fn, void *user);
+
+/* The first failure recorded by a setter or add call (SUCCESS if none);
+ * fills err when given. */
+tsl_status tsl_gguf_writer_status(const tsl_gguf_writer *w, tsl_error *err);
+
+/* Write a GGUF v3 file: header, pairs in the order first set, tensor infos
+ * and data in the order added, each tensor at an offset aligned to the
+ * alignment and padded after. The bytes go to a temporary file next to path,
+ * which is synced and then renamed over path: on any failure (an earlier
+ * setter's, I/O, a callback's) nothing is left at path (an existing file
+ * there is untouched) and no temporary file remains. The writer can be
+ * written again. */
+tsl_status tsl_gguf_writer_write(const tsl_gguf_writer *w, const char *path, tsl_error *err);
+
+/* ======================================================================== */
+/* (end of GGUF)                                                             */
+/* ======================================================================== */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TENSILE_MODEL_H */
