@@ -57,6 +57,11 @@ struct tsl_backend {
 tsl_status backend_common_init(tsl_backend *be, const tsl_backend_vtable *vt, tsl_error *err);
 void backend_common_fini(tsl_backend *be);
 
+/* Give a view with NULL data its source's address (view_src->data +
+ * view_offs, and its buffer); false if nothing along the chain has data.
+ * Every backend's resolve pass calls it (backend.c). */
+bool backend_tensor_resolve(tsl_tensor *t);
+
 struct tsl_buffer {
     tsl_backend *be;
     void *handle;  /* backend-private */

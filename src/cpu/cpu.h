@@ -7,7 +7,8 @@
  * range of rows). Threads meet at a barrier after each node. A kernel that
  * needs two phases (convert the activations, then multiply) calls
  * cpu_barrier() between them; every thread must call it the same number of
- * times. Scratch memory (wdata) is planned per node before the compute
+ * times. (Runs of small nodes execute on thread 0 alone with one barrier
+ * after the run: see cpu_backend.c.) Scratch memory (wdata) is planned per node before the compute
  * (cpu_op_wsize) and shared by all threads.
  *
  * Kernels report a data error (an out-of-range index) through
