@@ -41,6 +41,8 @@ const char *tsl_backend_name(const tsl_backend *be);
 /* Human-readable device description ("AMD EPYC, 2 threads, avx512"). */
 const char *tsl_backend_device(const tsl_backend *be);
 int tsl_backend_cpu_threads(const tsl_backend *be);
+/* Alignment (bytes) of every buffer and tensor placement of this backend. */
+size_t tsl_backend_alignment(const tsl_backend *be);
 /* Change the CPU backend's thread count (restarts the pool). */
 tsl_status tsl_backend_cpu_set_threads(tsl_backend *be, int n_threads, tsl_error *err);
 /* Name of the SIMD kernel set in use: "avx512", "avx2", "neon", "generic". */
@@ -191,6 +193,79 @@ tsl_retry_policy tsl_retry_default(void); /* 3 attempts, 10 ms, x4, cap 1 s, no 
 /* Compute g, retrying RETRY outcomes by policy; other statuses return at
  * once. The record describes the last attempt (split = -1). */
 tsl_status tsl_graph_compute_retry(tsl_backend *be, tsl_graph *g, const tsl_retry_policy *policy, tsl_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Device loss and recovery (FAULTS.md section 8)                            */
+/* ------------------------------------------------------------------------ */
+
+/* True while the backend's device is lost: every compute returns
+ * TSL_DEVICE_LOST at once, with the original cause in its record, until
+ * tsl_backend_recover succeeds. Loss is device-wide: every backend (context)
+ * on the same device sees it. */
+bool tsl_backend_is_lost(const tsl_backend *be);
+/* Recreate the device objects (device, queues, kernels), reallocate every
+ * buffer at the same size, restore persistent buffers from their host source
+ * (tsl_buffer_set_host_source) or from the host copy the backend kept of
+ * them, and zero the others, marking them lost (tsl_buffer_is_lost) so their
+ * owner rebuilds them (a KV cache re-runs its tokens). Tensors keep their
+ * placement. Returns SUCCESS (also when nothing was lost), or DEVICE_LOST /
+ * ALLOC_FAILED with err filled if the device cannot be had again. Never
+ * blocks on a hung device. The time it took is tsl_backend_last_recovery_ms. */
+tsl_status tsl_backend_recover(tsl_backend *be, tsl_error *err);
+double tsl_backend_last_recovery_ms(const tsl_backend *be);
+/* Persistent buffers: where to restore them from after recovery (size bytes
+ * at src, e.g. the memory-mapped model file; src must outlive the buffer).
+ * Marks the buffer persistent. */
+void tsl_buffer_set_host_source(tsl_buffer *buf, const void *src, size_t size);
+/* The buffer's contents were lost in the last recovery (zeroed). Cleared by
+ * tsl_buffer_clear_lost once the owner has rebuilt it. */
+bool tsl_buffer_is_lost(const tsl_buffer *buf);
+void tsl_buffer_clear_lost(tsl_buffer *buf);
+
+/* ------------------------------------------------------------------------ */
+/* Kernels (FAULTS.md section 6)                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Called once per kernel by tsl_backend_build_kernels: its name, the build
+ * status (SUCCESS or FAILED) and, on failure, the record with the driver's
+ * text. */
+typedef void (*tsl_kernel_fn)(const char *name, tsl_status status, const tsl_error *err, void *user);
+/* Build every kernel the backend has now (rather than on first use), report
+ * each through fn (may be NULL), and return how many failed. A failed build
+ * is cached with its record: no encoder binds it, and supports_op answers
+ * false for its op and types from then on. */
+int tsl_backend_build_kernels(tsl_backend *be, tsl_kernel_fn fn, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* The scheduler: one graph over several backends                           */
+/* ------------------------------------------------------------------------ */
+
+/* Splits a graph into runs of consecutive nodes (splits) each computed on one
+ * backend: a node goes to the first backend, in the order given, that
+ * supports it (tsl_backend_supports_op, which turns false for kernels that
+ * failed to build) and, among those, preferably the one holding its weights;
+ * the last backend is the fallback (normally the CPU) and must support every
+ * op. Inputs a split reads from another backend's memory are copied into
+ * memory of the split's backend; activations are placed by one graph
+ * allocator per backend. A failure names the split and its backend in the
+ * record (err->split). */
+typedef struct tsl_sched tsl_sched;
+
+typedef struct tsl_sched_params {
+    bool retry_on_fallback; /* a split that returns RETRY runs again on the fallback backend */
+} tsl_sched_params;
+
+/* backends: n >= 1, in priority order; the scheduler does not own them. */
+tsl_sched *tsl_sched_new(tsl_backend **backends, int n, tsl_sched_params params, tsl_error *err);
+void tsl_sched_free(tsl_sched *s);
+/* Plan (split, place, copy) and compute g. Returns the first failure with
+ * err->split and err->backend naming where it happened. */
+tsl_status tsl_sched_compute(tsl_sched *s, tsl_graph *g, tsl_error *err);
+/* The last plan: number of splits, each split's backend and node range. */
+int tsl_sched_n_splits(const tsl_sched *s);
+tsl_backend *tsl_sched_split_backend(const tsl_sched *s, int split, int *first_node, int *n_nodes);
+/* Copies made into other backends' memory by the last compute. */
+int tsl_sched_n_copies(const tsl_sched *s);
 
 #ifdef __cplusplus
 }
