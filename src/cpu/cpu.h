@@ -69,11 +69,21 @@ void cpu_pool_barrier(cpu_pool *pool);
 
 /* The SIMD row kernels (cpu_simd_get) are declared in core/simd.h. */
 
-/* ---- matrix multiply ---------------------------------------------------
- * The F32 GEMM used by mul_mat for F32 and F16 weights when the activation
- * has several columns: C[m, n] = sum_k A[m, k] * B[n, k] over packed panels,
- * multi-threaded over the pool. Defined in gemm.c. */
+/* ---- matrix multiply (gemm.c) ---------------------------------------------
+ * The blocked F32 GEMM behind mul_mat and out_prod (weights converted to F32
+ * while packed). cpu_gemm runs a MUL_MAT or OUT_PROD node on every thread of
+ * the pool with cpu_gemm_wsize(node, nth) bytes of p->wdata. */
+size_t cpu_gemm_wsize(const tsl_tensor *node, int nth);
+void cpu_gemm(const cpu_params *p, tsl_tensor *node);
+/* C[n*ldc + m] = sum_k A[m*lda + k] * B[n*ldb + k] (leading dimensions in
+ * elements); p->wdata holds cpu_gemm_f32_wsize(M, N, K, p->nth) bytes. */
+size_t cpu_gemm_f32_wsize(int64_t M, int64_t N, int64_t K, int nth);
 void cpu_gemm_f32(const cpu_params *p, int64_t M, int64_t N, int64_t K, const float *A, size_t lda,
                   const float *B, size_t ldb, float *C, size_t ldc);
+/* 4-row x 1..4-column register-tiled row dots for mul_mat's few-column path
+ * (rows of type t, columns in its dot type), or NULL where the ISA has none. */
+typedef void (*cpu_dot_tile_fn)(tsl_type t, int64_t k, const void *const *rows, const void *const *cols, int nc,
+                                const void *pf, int64_t pf_len, float *out);
+cpu_dot_tile_fn cpu_gemm_dot_tile(tsl_type t);
 
 #endif /* TSL_CPU_H */
