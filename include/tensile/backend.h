@@ -41,28 +41,55 @@ const char *tsl_backend_name(const tsl_backend *be);
 /* Human-readable device description ("AMD EPYC, 2 threads, avx512"). */
 const char *tsl_backend_device(const tsl_backend *be);
 int tsl_backend_cpu_threads(const tsl_backend *be);
-/* Alignment (bytes) of every buffer and tensor placement of this backend. */
+/* Alignment (bytes) of every buffer and tensor placement of this backend;
+ * 0 for NULL. */
 size_t tsl_backend_alignment(const tsl_backend *be);
 /* Change the CPU backend's thread count (restarts the pool). */
 tsl_status tsl_backend_cpu_set_threads(tsl_backend *be, int n_threads, tsl_error *err);
 /* Name of the SIMD kernel set in use: "avx512", "avx2", "neon", "generic". */
 const char *tsl_cpu_simd_name(void);
 
-/* Can this backend compute this node as built (op, types, layout)? */
+/* Can this backend compute this node as built (op, types, layout)? False
+ * for NULL arguments, and for a node whose kernel failed to build on this
+ * backend (tsl_backend_build_kernels, or a compute that hit the failure)
+ * until tsl_backend_recover rebuilds the kernels: a scheduler then sends the
+ * op to another backend. It does not look at device loss (that is
+ * tsl_backend_is_lost). */
 bool tsl_backend_supports_op(const tsl_backend *be, const tsl_tensor *node);
 
 /* Compute every node of g. Every tensor the graph touches must have data
  * (allocated in a context with data, a buffer of this backend, or the graph
  * allocator). Returns TSL_SUCCESS, or a failure status with err filled
- * (err may be NULL). On CPU:
- *   FAILED   - a node whose data is missing, an op/type with no kernel, an
- *              out-of-range get_rows index; naming the node, op and tensor.
- *   ABORTED  - the abort callback said stop (checked between nodes).
- * Nothing is latched: the next compute starts clean. */
+ * (err may be NULL; on SUCCESS err is cleared):
+ *   FAILED       - the graph cannot run as built: a node or source with no
+ *                  data (no buffer), an op/type/layout with no kernel, a
+ *                  kernel that failed to build (the failure is cached, see
+ *                  tsl_backend_supports_op), an out-of-range get_rows index,
+ *                  a NULL or malformed graph. The record names the node, op,
+ *                  tensor and kernel. Found before anything runs (except a
+ *                  data error found by a kernel): no output is written.
+ *   ALLOC_FAILED - the scratch memory the graph needs could not be had (the
+ *                  record names the node that needs the most); nothing ran.
+ *   ABORTED      - the abort callback said stop (checked between nodes);
+ *                  the record names the node it stopped before.
+ *   RETRY        - the device refused the work for a passing reason, or the
+ *                  availability gate is closed; nothing ran.
+ *   DEVICE_LOST  - the device was lost while this compute ran, or earlier:
+ *                  the device is latched and every later compute returns
+ *                  DEVICE_LOST at once with the original cause in its
+ *                  record, until tsl_backend_recover.
+ * Only DEVICE_LOST latches: after any other status the next compute starts
+ * clean. A lost device or a closed gate refuses the compute before it is
+ * counted, so "compute=N" injection rules count computes that started. One
+ * compute at a time per backend: a second thread's compute returns FAILED. */
 tsl_status tsl_backend_graph_compute(tsl_backend *be, tsl_graph *g, tsl_error *err);
 /* Start a compute and return; the status of the work comes from
- * tsl_backend_synchronize, on the call that failed. On CPU the work runs on
- * the calling thread and synchronize returns its status. */
+ * tsl_backend_synchronize, on the call that failed. A failure found before
+ * any work was submitted (FAILED, ALLOC_FAILED, RETRY, a latched
+ * DEVICE_LOST) comes back from compute_async itself. On CPU the work runs on
+ * the calling thread and synchronize returns its status once more.
+ * synchronize returns DEVICE_LOST, with the original cause, whenever the
+ * device is lost: work on a lost device cannot be vouched for. */
 tsl_status tsl_backend_graph_compute_async(tsl_backend *be, tsl_graph *g, tsl_error *err);
 tsl_status tsl_backend_synchronize(tsl_backend *be, tsl_error *err);
 
@@ -73,7 +100,9 @@ void tsl_backend_set_abort_callback(tsl_backend *be, tsl_abort_fn fn, void *user
 /* ------------------------------------------------------------------------ */
 
 /* Allocate a buffer of size bytes on the backend. Returns NULL and fills err
- * with TSL_ALLOC_FAILED when the memory cannot be had. */
+ * with TSL_ALLOC_FAILED when the memory cannot be had, or TSL_DEVICE_LOST
+ * (the original cause) while the device is lost. The buffer registers with
+ * its device so recovery can restore it. */
 tsl_buffer *tsl_buffer_alloc(tsl_backend *be, size_t size, tsl_error *err);
 void tsl_buffer_free(tsl_buffer *buf);
 size_t tsl_buffer_size(const tsl_buffer *buf);
@@ -88,12 +117,18 @@ tsl_status tsl_buffer_place(tsl_buffer *buf, tsl_tensor *t, size_t offset, tsl_e
  * creation order, and place them. Returns NULL with err filled on failure. */
 tsl_buffer *tsl_buffer_alloc_ctx(tsl_backend *be, tsl_context *ctx, tsl_error *err);
 /* Mark the buffer's contents as persistent (weights): after device recovery
- * they are restored from their host source (backend.h, recovery issue). */
+ * they are restored from their host source (tsl_buffer_set_host_source) or,
+ * without one, from a host copy the backend takes now and keeps current
+ * with every tsl_tensor_set into the buffer (writes made by graphs do not
+ * reach it; the copy costs host memory the size of the buffer; if it cannot
+ * be had, a warning is logged and recovery reports the buffer lost). off
+ * drops the copy and the source. NULL is a no-op. */
 void tsl_buffer_set_persistent(tsl_buffer *buf, bool on);
 
 /* Copy bytes into / out of a tensor's data, whatever its buffer. offset and
  * size are in bytes within tsl_nbytes(t). Returns FAILED (err filled) when t
- * has no data or buffer, or the range is out of bounds; never aborts. */
+ * has no data or buffer, or the range is out of bounds, and DEVICE_LOST (the
+ * original cause) while the buffer's device is lost; never aborts. */
 tsl_status tsl_tensor_set(tsl_tensor *t, const void *src, size_t offset, size_t size, tsl_error *err);
 tsl_status tsl_tensor_get(const tsl_tensor *t, void *dst, size_t offset, size_t size, tsl_error *err);
 
@@ -176,7 +211,9 @@ uint64_t tsl_backend_injected(const tsl_backend *be, tsl_fault_class c);
 
 /* Availability gate: fn returns false while the application may not use the
  * device (an app in the background). Computes then return TSL_RETRY at once,
- * submitting nothing. NULL removes the gate. */
+ * submitting nothing and not counted as computes. fn is called once per
+ * compute, on the computing thread (a lost device answers DEVICE_LOST
+ * first, without asking it). NULL removes the gate. */
 typedef bool (*tsl_gate_fn)(void *user);
 void tsl_backend_set_gate(tsl_backend *be, tsl_gate_fn fn, void *user);
 
@@ -191,34 +228,52 @@ typedef struct tsl_retry_policy {
 } tsl_retry_policy;
 tsl_retry_policy tsl_retry_default(void); /* 3 attempts, 10 ms, x4, cap 1 s, no fallback */
 /* Compute g, retrying RETRY outcomes by policy; other statuses return at
- * once. The record describes the last attempt (split = -1). */
+ * once (FAILED would fail the same way, ALLOC_FAILED and DEVICE_LOST need
+ * the caller first). The record describes the last attempt (split = -1);
+ * after a fallback, the fallback's attempt. */
 tsl_status tsl_graph_compute_retry(tsl_backend *be, tsl_graph *g, const tsl_retry_policy *policy, tsl_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Device loss and recovery (FAULTS.md section 8)                            */
 /* ------------------------------------------------------------------------ */
 
-/* True while the backend's device is lost: every compute returns
- * TSL_DEVICE_LOST at once, with the original cause in its record, until
- * tsl_backend_recover succeeds. Loss is device-wide: every backend (context)
- * on the same device sees it. */
+/* True while the backend's device is lost: every compute, buffer allocation
+ * and tensor copy on it returns TSL_DEVICE_LOST at once, with the original
+ * cause in its record, until tsl_backend_recover succeeds. Loss is
+ * device-wide: every backend (context) on the same device sees it. Each CPU
+ * backend is a device of its own: losing one leaves the others running.
+ * False for NULL. */
 bool tsl_backend_is_lost(const tsl_backend *be);
 /* Recreate the device objects (device, queues, kernels), reallocate every
- * buffer at the same size, restore persistent buffers from their host source
- * (tsl_buffer_set_host_source) or from the host copy the backend kept of
- * them, and zero the others, marking them lost (tsl_buffer_is_lost) so their
- * owner rebuilds them (a KV cache re-runs its tokens). Tensors keep their
- * placement. Returns SUCCESS (also when nothing was lost), or DEVICE_LOST /
- * ALLOC_FAILED with err filled if the device cannot be had again. Never
- * blocks on a hung device. The time it took is tsl_backend_last_recovery_ms. */
+ * buffer of the device at the same size behind the same addresses, restore
+ * persistent buffers from their host source (tsl_buffer_set_host_source) or
+ * from the host copy the backend kept of them, and zero the others, marking
+ * them lost (tsl_buffer_is_lost) so their owner rebuilds them (a KV cache
+ * re-runs its tokens). Tensors keep their placement. Every kernel failure
+ * cached on the backend is forgotten (kernels are rebuilt on next use; one
+ * still broken fails again then). On a device that is not lost, recovery
+ * only does that last part: it rebuilds kernels and touches no buffer.
+ * Returns SUCCESS; FAILED if the backend is computing on another thread or
+ * be is NULL; ALLOC_FAILED or DEVICE_LOST with err filled if memory or the
+ * device cannot be had again, and the device then stays lost (call again).
+ * Never blocks on a hung device. Do not compute on the device's other
+ * backends while it runs (they would get DEVICE_LOST anyway until it ends).
+ * On the CPU, "reallocating" keeps each host allocation (tensors point into
+ * it) and wipes it to zero, the state fresh device memory starts in, and
+ * restarts the thread pool; so whatever a buffer holds after recovery was
+ * really restored. The time it took (also without a loss) is
+ * tsl_backend_last_recovery_ms, 0 before the first recovery. */
 tsl_status tsl_backend_recover(tsl_backend *be, tsl_error *err);
 double tsl_backend_last_recovery_ms(const tsl_backend *be);
 /* Persistent buffers: where to restore them from after recovery (size bytes
- * at src, e.g. the memory-mapped model file; src must outlive the buffer).
- * Marks the buffer persistent. */
+ * at src, e.g. the memory-mapped model file, restored to the start of the
+ * buffer; a larger size is clamped to the buffer, the rest comes back zero;
+ * src must outlive the buffer and is read only by recovery). Marks the
+ * buffer persistent and drops any host copy. src NULL falls back to a kept
+ * host copy (tsl_buffer_set_persistent). NULL buf is a no-op. */
 void tsl_buffer_set_host_source(tsl_buffer *buf, const void *src, size_t size);
 /* The buffer's contents were lost in the last recovery (zeroed). Cleared by
- * tsl_buffer_clear_lost once the owner has rebuilt it. */
+ * tsl_buffer_clear_lost once the owner has rebuilt it. False for NULL. */
 bool tsl_buffer_is_lost(const tsl_buffer *buf);
 void tsl_buffer_clear_lost(tsl_buffer *buf);
 
@@ -233,7 +288,15 @@ typedef void (*tsl_kernel_fn)(const char *name, tsl_status status, const tsl_err
 /* Build every kernel the backend has now (rather than on first use), report
  * each through fn (may be NULL), and return how many failed. A failed build
  * is cached with its record: no encoder binds it, and supports_op answers
- * false for its op and types from then on. */
+ * false for its op and types from then on, until tsl_backend_recover. A
+ * kernel already cached as failed is reported with its original record, not
+ * rebuilt. Returns -1 (reporting nothing) for a NULL or lost backend, or
+ * when the list cannot be made (out of memory).
+ * CPU kernels are named cpu_<op>_<source types>[_<result type> for DUP]:
+ * cpu_mul_mat_q4_0_f32, cpu_get_rows_q8_0_i32, cpu_rope_f32_i32,
+ * cpu_dup_f32_f16; the same names appear in records and match "kernel@name="
+ * injection rules. Building a CPU kernel is choosing its function, so a
+ * kernel injection rule fires at any lookup of a kernel not yet failed. */
 int tsl_backend_build_kernels(tsl_backend *be, tsl_kernel_fn fn, void *user);
 
 /* ------------------------------------------------------------------------ */
@@ -266,6 +329,104 @@ int tsl_sched_n_splits(const tsl_sched *s);
 tsl_backend *tsl_sched_split_backend(const tsl_sched *s, int split, int *first_node, int *n_nodes);
 /* Copies made into other backends' memory by the last compute. */
 int tsl_sched_n_copies(const tsl_sched *s);
+
+/* ------------------------------------------------------------------------ */
+/* Vulkan                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The Vulkan backend runs on any Vulkan 1.2 driver: a GPU, or Mesa's
+ * lavapipe (a CPU device) where there is none. It is present when the
+ * library was built with Vulkan (TSL_HAVE_VULKAN defined); otherwise
+ * tsl_vulkan_device_count() is 0 and tsl_backend_vulkan_new fails saying so.
+ *
+ * Environment:
+ *   TSL_VULKAN_DEVICE=i      the device tsl_backend_vulkan_new(-1) picks
+ *   TSL_VULKAN_VALIDATE=1    load the Khronos validation layer; its reports
+ *                            go to the log (errors at ERROR level)
+ *   TSL_VULKAN_WATCHDOG_MS=n no progress for n ms is a hang (DEVICE_LOST);
+ *                            default: 10 s plus time for the work at a floor
+ *                            of 1 GFLOP/s and 1 GB/s, per command buffer
+ *   TSL_VULKAN_CB=n          command buffers per compute (1..9, default 4)
+ *   TSL_VULKAN_CHECKED=1     robust buffer access: out-of-bounds accesses by
+ *                            kernels are contained by the driver
+ *   TSL_VULKAN_STAGING=1     copy through staging buffers even where device
+ *                            memory is host-visible (testing the GPU path)
+ *   TSL_VULKAN_NO_PUSH_DESCRIPTORS=1  use descriptor pools even where
+ *                            VK_KHR_push_descriptor exists */
+
+/* Number of usable Vulkan devices (Vulkan 1.2 or later); 0 when there is no
+ * loader, no driver, or the library was built without Vulkan. */
+int tsl_vulkan_device_count(void);
+
+/* What a device is and which features the backend found, for `tensile
+ * doctor`. Plain data. */
+typedef struct tsl_vulkan_device_info {
+    int index;
+    char name[96];             /* "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)" */
+    char type[16];             /* "discrete", "integrated", "virtual", "cpu", "other" */
+    char driver[96];           /* driver name and version text */
+    uint32_t api_version;      /* VK_MAKE_API_VERSION layout */
+    uint32_t vendor_id, device_id;
+    uint64_t device_local_bytes;     /* largest device-local heap */
+    uint64_t max_allocation_bytes;   /* maxMemoryAllocationSize */
+    uint64_t max_storage_buffer_range; /* the largest tensor one kernel binding can see */
+    uint32_t max_shared_memory;      /* maxComputeSharedMemorySize */
+    uint32_t subgroup_size;
+    bool subgroup_arithmetic;  /* subgroup reductions in compute shaders */
+    bool storage_16bit;        /* VK_KHR_16bit_storage (F16 and block-format kernels need it) */
+    bool float16;              /* shaderFloat16 */
+    bool int8;                 /* shaderInt8 */
+    bool float64;              /* shaderFloat64 (rope angles in double) */
+    bool push_descriptors;     /* VK_KHR_push_descriptor */
+    bool timeline_semaphore;
+    bool cooperative_matrix;   /* VK_KHR_cooperative_matrix */
+    bool device_fault;         /* VK_EXT_device_fault */
+    bool nv_checkpoints;       /* VK_NV_device_diagnostic_checkpoints */
+    bool robustness2;          /* VK_EXT_robustness2 */
+} tsl_vulkan_device_info;
+
+/* Fill *info for device index (0 .. count-1). Returns FAILED with err filled
+ * for an index out of range or a build without Vulkan. */
+tsl_status tsl_vulkan_device_info_get(int index, tsl_vulkan_device_info *info, tsl_error *err);
+
+/* A Vulkan backend on device device_index, or with -1 the one
+ * TSL_VULKAN_DEVICE names, else the first discrete GPU, else the first
+ * integrated, virtual or CPU device. Backends on the same device share one
+ * VkDevice, its kernels and its loss: DEVICE_LOST latches for all of them.
+ * Returns NULL with err filled: FAILED when there is no such device or the
+ * library was built without Vulkan; ALLOC_FAILED / DEVICE_LOST when the
+ * driver refuses to create the device (classified through the VkResult
+ * table). The name is "vulkan<index>". */
+tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err);
+/* True for a backend made by tsl_backend_vulkan_new. */
+bool tsl_backend_is_vulkan(const tsl_backend *be);
+/* The device's features (as tsl_vulkan_device_info_get), for a backend. */
+tsl_status tsl_backend_vulkan_info(const tsl_backend *be, tsl_vulkan_device_info *info, tsl_error *err);
+/* How many command buffers a compute is encoded into (1 .. 9): the calling
+ * thread encodes and submits the first while up to 8 worker threads encode
+ * the rest. Results do not depend on it. Returns FAILED for a value out of
+ * range or a non-Vulkan backend. */
+tsl_status tsl_backend_vulkan_set_command_buffers(tsl_backend *be, int n, tsl_error *err);
+/* The watchdog: a compute that makes no progress for ms milliseconds is a
+ * hang and ends DEVICE_LOST ("GPU hang: no progress in N s"). 0 restores
+ * the default (scaled to the work). */
+void tsl_backend_vulkan_set_watchdog_ms(tsl_backend *be, int ms);
+
+/* Counters since the backend was made (for benchmarks and tests). */
+typedef struct tsl_vulkan_stats {
+    uint64_t computes;         /* computes that reached encoding */
+    uint64_t submits;          /* command buffers submitted to the queue */
+    uint64_t dispatches;       /* kernels recorded */
+    uint64_t barriers;         /* pipeline barriers recorded between nodes */
+    uint64_t transfers;        /* staging copies for tensor set/get */
+    double encode_ms;          /* host time spent encoding, summed over threads */
+    double last_encode_us_per_node; /* last compute: wall time of encoding and
+                                       submitting, per compute node */
+    int last_command_buffers;  /* last compute: command buffers used */
+    uint64_t validation_errors; /* validation-layer errors reported so far
+                                   (process-wide; 0 without TSL_VULKAN_VALIDATE) */
+} tsl_vulkan_stats;
+tsl_status tsl_backend_vulkan_stats(const tsl_backend *be, tsl_vulkan_stats *out);
 
 #ifdef __cplusplus
 }

@@ -19,10 +19,18 @@
  * Compute: graph_compute is compute_async followed by synchronize, and
  * returns the first failure (FAULTS.md section 3): a failure found before
  * any work started comes back from compute_async, one found while the work
- * ran comes back from synchronize; both fill the caller's record. Every
- * compute is counted (the count is what "compute=N" injection rules match),
- * and a closed availability gate answers RETRY before the backend sees the
- * graph (FAULTS.md section 7).
+ * ran comes back from synchronize; both fill the caller's record.
+ *
+ * Two refusals come before the backend sees the graph, in this order: a lost
+ * device answers DEVICE_LOST with the original cause (the latch, recover.c),
+ * and a closed availability gate answers RETRY (FAULTS.md section 7). Neither
+ * counts as a compute: the count is what "compute=N" injection rules match,
+ * and it counts computes the backend actually started. Any DEVICE_LOST a
+ * backend returns latches its device here too, so no backend can forget to.
+ *
+ * Buffers register with their device, so recovery can find and restore
+ * every one of them, and every copy into a buffer keeps the host copy of a
+ * persistent buffer current (recover.c).
  */
 #include <assert.h>
 #include <stdint.h>
@@ -98,9 +106,23 @@ const char *tsl_backend_name(const tsl_backend *be) { return be ? be->vt->name(b
 
 const char *tsl_backend_device(const tsl_backend *be) { return be ? be->vt->device(be) : ""; }
 
+size_t tsl_backend_alignment(const tsl_backend *be) {
+    return be && be->vt->buffer_alignment ? be->vt->buffer_alignment(be) : 0;
+}
+
 bool tsl_backend_supports_op(const tsl_backend *be, const tsl_tensor *node) {
     if (!be || !node) return false;
-    return be->vt->supports_op(be, node);
+    if (!be->vt->supports_op(be, node)) return false;
+    /* a kernel that failed to build stays refused until recovery rebuilds it,
+     * so a scheduler sends the op elsewhere from the next graph on */
+    tsl_backend *b = (tsl_backend *)be;
+    if (backend_kernel_any_failed(b) && be->vt->kernel_name && !tsl_op_is_view(node->op) &&
+        node->op != TSL_OP_NONE) {
+        char name[64];
+        be->vt->kernel_name(be, node, name, sizeof name);
+        if (backend_kernel_failed(b, name, NULL)) return false;
+    }
+    return true;
 }
 
 void tsl_backend_set_abort_callback(tsl_backend *be, tsl_abort_fn fn, void *user) {
@@ -120,14 +142,22 @@ static tsl_status backend_check_compute(tsl_backend *be, tsl_graph *g, const cha
     return TSL_SUCCESS;
 }
 
-/* Count the compute and consult the gate. Returns RETRY with the record
- * filled when the application said the device may not be used now. */
+/* The latch, then the gate; only then is the compute counted. Returns
+ * DEVICE_LOST (original cause) or RETRY with the record filled. */
 static tsl_status backend_begin_compute(tsl_backend *be, tsl_error *err) {
-    atomic_fetch_add_explicit(&be->n_computes, 1, memory_order_relaxed);
+    tsl_status s = backend_dev_check(be->dev, err);
+    if (s != TSL_SUCCESS) return s;
     if (be->gate_fn && !be->gate_fn(be->gate_user))
         return error_set(err, TSL_RETRY, be->vt->name(be), be->vt->device(be), -1, NULL, NULL,
                          "the device is not available now (availability gate closed); nothing was submitted");
+    atomic_fetch_add_explicit(&be->n_computes, 1, memory_order_relaxed);
     return TSL_SUCCESS;
+}
+
+/* Whatever returned DEVICE_LOST, the device is latched from now on. */
+static tsl_status backend_after(tsl_backend *be, tsl_status s, const tsl_error *rec) {
+    if (s == TSL_DEVICE_LOST) backend_dev_latch(be->dev, rec);
+    return s;
 }
 
 tsl_status tsl_backend_graph_compute_async(tsl_backend *be, tsl_graph *g, tsl_error *err) {
@@ -136,13 +166,24 @@ tsl_status tsl_backend_graph_compute_async(tsl_backend *be, tsl_graph *g, tsl_er
     if (err) tsl_error_clear(err);
     s = backend_begin_compute(be, err);
     if (s != TSL_SUCCESS) return s;
-    return be->vt->graph_compute_async(be, g, err);
+    tsl_error rec;
+    tsl_error_clear(&rec);
+    s = be->vt->graph_compute_async(be, g, &rec);
+    if (err && s != TSL_SUCCESS) *err = rec;
+    return backend_after(be, s, &rec);
 }
 
 tsl_status tsl_backend_synchronize(tsl_backend *be, tsl_error *err) {
     if (!be) return error_set(err, TSL_FAILED, "", "", -1, NULL, NULL, "synchronize: backend is NULL");
     if (err) tsl_error_clear(err);
-    return be->vt->synchronize(be, err);
+    tsl_error rec;
+    tsl_error_clear(&rec);
+    tsl_status s = be->vt->synchronize(be, &rec);
+    backend_after(be, s, &rec);
+    /* a device lost before or while this work ran cannot vouch for it */
+    if (s != TSL_DEVICE_LOST && backend_dev_check(be->dev, &rec) == TSL_DEVICE_LOST) s = TSL_DEVICE_LOST;
+    if (err && s != TSL_SUCCESS) *err = rec;
+    return s;
 }
 
 tsl_status tsl_backend_graph_compute(tsl_backend *be, tsl_graph *g, tsl_error *err) {
@@ -151,12 +192,21 @@ tsl_status tsl_backend_graph_compute(tsl_backend *be, tsl_graph *g, tsl_error *e
     if (err) tsl_error_clear(err);
     s = backend_begin_compute(be, err);
     if (s != TSL_SUCCESS) return s;
-    s = be->vt->graph_compute_async(be, g, err);
+    tsl_error rec, late;
+    tsl_error_clear(&rec);
+    tsl_error_clear(&late);
+    s = be->vt->graph_compute_async(be, g, &rec);
+    backend_after(be, s, &rec);
     /* Always drain, so the backend holds no pending status for the next
      * compute; when the submit already failed its record is the one kept. */
-    tsl_error late;
-    tsl_status s2 = be->vt->synchronize(be, s == TSL_SUCCESS ? err : &late);
-    return s != TSL_SUCCESS ? s : s2;
+    tsl_status s2 = be->vt->synchronize(be, &late);
+    backend_after(be, s2, &late);
+    if (s == TSL_SUCCESS && s2 != TSL_SUCCESS) {
+        s = s2;
+        rec = late;
+    }
+    if (err && s != TSL_SUCCESS) *err = rec;
+    return s;
 }
 
 /* ---- buffers -------------------------------------------------------------- */
@@ -166,6 +216,8 @@ tsl_buffer *tsl_buffer_alloc(tsl_backend *be, size_t size, tsl_error *err) {
         error_set(err, TSL_FAILED, "", "", -1, NULL, NULL, "buffer_alloc: backend is NULL");
         return NULL;
     }
+    tsl_status ls = backend_dev_check(be->dev, err);
+    if (ls != TSL_SUCCESS) return NULL; /* the original cause is in err */
     tsl_buffer *buf = calloc(1, sizeof *buf);
     if (!buf) {
         error_set(err, TSL_ALLOC_FAILED, be->vt->name(be), be->vt->device(be), -1, NULL, NULL,
@@ -173,16 +225,22 @@ tsl_buffer *tsl_buffer_alloc(tsl_backend *be, size_t size, tsl_error *err) {
         return NULL;
     }
     void *base = NULL;
-    void *handle = be->vt->buffer_alloc(be, size, &base, err);
+    tsl_error rec;
+    tsl_error_clear(&rec);
+    void *handle = be->vt->buffer_alloc(be, size, &base, &rec);
     if (!handle) {
         free(buf);
-        return NULL; /* the backend filled err (ALLOC_FAILED) */
+        backend_after(be, rec.status, &rec);
+        if (err) *err = rec;
+        return NULL; /* the backend filled the record (ALLOC_FAILED, or DEVICE_LOST) */
     }
     buf->be = be;
     buf->handle = handle;
     buf->base = base;
     buf->size = size;
     buf->persistent = false;
+    atomic_init(&buf->lost, 0);
+    backend_dev_add_buffer(be->dev, buf);
     __atomic_fetch_add(&be->n_buffers_alive, 1, __ATOMIC_ACQ_REL);
     return buf;
 }
@@ -190,7 +248,9 @@ tsl_buffer *tsl_buffer_alloc(tsl_backend *be, size_t size, tsl_error *err) {
 void tsl_buffer_free(tsl_buffer *buf) {
     if (!buf) return;
     tsl_backend *be = buf->be;
+    backend_dev_remove_buffer(be->dev, buf);
     be->vt->buffer_free(be, buf->handle);
+    free(buf->host_copy);
     __atomic_fetch_sub(&be->n_buffers_alive, 1, __ATOMIC_ACQ_REL);
     free(buf);
 }
@@ -203,10 +263,6 @@ size_t tsl_buffer_alignment(const tsl_buffer *buf) {
 
 void *tsl_buffer_host_ptr(const tsl_buffer *buf) {
     return buf && buf->be->vt->buffer_is_host ? buf->base : NULL;
-}
-
-void tsl_buffer_set_persistent(tsl_buffer *buf, bool on) {
-    if (buf) buf->persistent = on;
 }
 
 static const char *tensor_label(const tsl_tensor *t) { return t && t->name[0] ? t->name : "(unnamed)"; }
@@ -321,19 +377,23 @@ static tsl_status backend_tensor_io(const tsl_tensor *t, void *host, size_t offs
                          "%s: tensor '%s' lies outside its %zu-byte buffer (offset %zu, %zu bytes)", what,
                          tensor_label(t), buf->size, boff, nb);
     tsl_backend *be = buf->be;
-    if (write) {
-        if (be->vt->buffer_set) return be->vt->buffer_set(be, buf->handle, boff + offset, host, size, err);
-    } else {
-        if (be->vt->buffer_get) return be->vt->buffer_get(be, buf->handle, boff + offset, host, size, err);
-    }
-    if (!be->vt->buffer_is_host)
+    /* a lost device's memory cannot be trusted, nor written usefully */
+    tsl_status s = backend_dev_check(be->dev, err);
+    if (s != TSL_SUCCESS) return s;
+    if (write && be->vt->buffer_set) {
+        s = be->vt->buffer_set(be, buf->handle, boff + offset, host, size, err);
+    } else if (!write && be->vt->buffer_get) {
+        s = be->vt->buffer_get(be, buf->handle, boff + offset, host, size, err);
+    } else if (!be->vt->buffer_is_host) {
         return error_set(err, TSL_FAILED, bn, dev, -1, t, NULL, "%s: backend %s cannot copy tensor '%s'", what, bn,
                          tensor_label(t));
-    if (write)
+    } else if (write) {
         memcpy((char *)data + offset, host, size);
-    else
+    } else {
         memcpy(host, (const char *)data + offset, size);
-    return TSL_SUCCESS;
+    }
+    if (s == TSL_SUCCESS && write) backend_buffer_wrote(buf, boff + offset, host, size);
+    return s;
 }
 
 tsl_status tsl_tensor_set(tsl_tensor *t, const void *src, size_t offset, size_t size, tsl_error *err) {

@@ -1,7 +1,13 @@
 /*
  * fault_api.c - the parts of the fault contract every backend shares: the
- * injection plan and the availability gate held in the common backend
- * header, and the retry policy (FAULTS.md sections 7 and 10).
+ * common backend header (its device, kernel-failure cache and injection
+ * plan), the availability gate, and the retry policy (FAULTS.md sections 7
+ * and 10). The latch and recovery are in recover.c.
+ *
+ * The retry policy only ever repeats RETRY: it is the one status that says
+ * "the same graph would succeed later". FAILED would fail the same way,
+ * ALLOC_FAILED needs the caller to free memory first, and DEVICE_LOST needs
+ * a recovery, so those return at once.
  */
 #include <stdlib.h>
 #include <time.h>
@@ -12,14 +18,19 @@
 tsl_status backend_common_init(tsl_backend *be, const tsl_backend_vtable *vt, tsl_error *err) {
     memset(be, 0, sizeof *be);
     be->vt = vt;
+    pthread_mutex_init(&be->kcache.mu, NULL);
+    atomic_init(&be->kcache.n, 0);
     be->faults = fault_plan_new();
-    if (!be->faults) return error_set(err, TSL_ALLOC_FAILED, NULL, NULL, -1, NULL, NULL, "out of memory");
+    be->dev = backend_dev_new();
+    if (!be->faults || !be->dev) {
+        backend_common_fini(be);
+        return error_set(err, TSL_ALLOC_FAILED, NULL, NULL, -1, NULL, NULL, "out of memory");
+    }
     const char *spec = getenv("TSL_FAULT");
     if (spec && *spec) {
         tsl_status st = fault_plan_add(be->faults, spec, err);
         if (st != TSL_SUCCESS) {
-            fault_plan_free(be->faults);
-            be->faults = NULL;
+            backend_common_fini(be);
             return st;
         }
         TSL_LOGI("fault injection from TSL_FAULT: %s", spec);
@@ -31,6 +42,13 @@ void backend_common_fini(tsl_backend *be) {
     if (!be) return;
     fault_plan_free(be->faults);
     be->faults = NULL;
+    backend_dev_release(be->dev);
+    be->dev = NULL;
+    free(be->kcache.e);
+    be->kcache.e = NULL;
+    be->kcache.cap = 0;
+    atomic_store(&be->kcache.n, 0);
+    pthread_mutex_destroy(&be->kcache.mu);
 }
 
 tsl_status tsl_backend_inject(tsl_backend *be, const char *spec, tsl_error *err) {

@@ -94,8 +94,13 @@ size_t tsl_error_format(const tsl_error *e, char *buf, size_t n) {
         if (e->kernel[0]) PUT(" kernel %s", e->kernel);
         if (e->message[0]) PUT(" %s", e->message);
         if (e->driver_domain[0] || e->driver_text[0]) {
-            PUT(" (%s %lld", e->driver_domain[0] ? e->driver_domain : "driver", (long long)e->driver_code);
-            if (e->driver_text[0]) PUT(": %s", e->driver_text);
+            /* a driver code is printed only when a driver domain gave one */
+            if (e->driver_domain[0] && (e->driver_code != 0 || strcmp(e->driver_domain, "cpu") != 0)) {
+                PUT(" (%s %lld", e->driver_domain, (long long)e->driver_code);
+                if (e->driver_text[0]) PUT(": %s", e->driver_text);
+            } else {
+                PUT(" (%s", e->driver_text[0] ? e->driver_text : e->driver_domain);
+            }
             PUT(")");
         }
         if (e->hint[0]) PUT(" - %s", e->hint);

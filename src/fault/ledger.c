@@ -61,8 +61,18 @@ void ledger_record_nobuf(int node, const tsl_tensor *node_t, const tsl_tensor *t
     atomic_fetch_add_explicit(&sink->n_nobuf, 1, memory_order_relaxed);
     fault_ledger *l = ledger_claim();
     if (!l) return;
-    error_set(&l->first, TSL_FAILED, l->backend, l->device, node, node_t, NULL,
-              "tensor '%s' has no buffer: nothing of this graph was submitted", tname);
+    /* the reader is named too: the same weight missing under two nodes reads
+     * differently from a node whose own output has nowhere to go */
+    if (tensor && node_t && tensor != node_t)
+        error_set(&l->first, TSL_FAILED, l->backend, l->device, node, node_t, NULL,
+                  "tensor '%s', read by '%s', has no data: no buffer holds it (place it in a buffer or run the "
+                  "graph allocator); nothing of this graph was submitted",
+                  tname, node_t->name[0] ? node_t->name : "(unnamed)");
+    else
+        error_set(&l->first, TSL_FAILED, l->backend, l->device, node, node_t, NULL,
+                  "tensor '%s' has no data: no buffer holds it (place it in a buffer or run the graph "
+                  "allocator); nothing of this graph was submitted",
+                  tname);
     if (tensor && tensor != node_t) {
         /* name the tensor whose buffer is missing; the op stays the node's */
         snprintf(l->first.tensor, sizeof l->first.tensor, "%s", tname);
@@ -80,7 +90,12 @@ void ledger_record_kernel(int node, const tsl_tensor *node_t, const char *kernel
     fault_ledger *l = ledger_claim();
     if (!l) return;
     error_set(&l->first, TSL_FAILED, l->backend, l->device, node, node_t, kernel,
-              "could not be built; this op will run on another backend from the next graph on");
+              "could not be built or found; nothing of this graph was submitted");
+    /* what the caller does next differs from other FAILED records: the graph
+     * is fine, this backend just cannot run the op until it rebuilds kernels */
+    snprintf(l->first.hint, sizeof l->first.hint, "%s",
+             "supports_op now answers false for it, so a scheduler runs the op on another backend; "
+             "recovery rebuilds kernels");
     snprintf(l->first.driver_domain, sizeof l->first.driver_domain, "%s", driver_domain ? driver_domain : "");
     l->first.driver_code = driver_code;
     snprintf(l->first.driver_text, sizeof l->first.driver_text, "%s", driver_text ? driver_text : "");
