@@ -660,6 +660,7 @@ static size_t bench_l3_bytes(void) {
 
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: tensile bench ops [--json] [--threads N] [--quick] [--filter SUBSTR]\n"
+               "       tensile bench model -m FILE [--threads N] [--json]   (see tensile bench model --help)\n"
                "  Measures a copy and an FMA ceiling, then mul_mat, mat-vec and bandwidth-bound ops on\n"
                "  the CPU backend, each as a ratio to the ceilings measured in the same run.\n"
                "  --json       one JSON object per line (ceilings included)\n"
@@ -669,6 +670,7 @@ static void bench_usage(FILE *f) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "model")) return bench_model(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "ops") != 0) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             bench_usage(stdout);

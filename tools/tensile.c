@@ -26,6 +26,11 @@ static const command COMMANDS[] = {
     {"version", cmd_version, "print the version and the CPU kernel set"},
     {"demo", cmd_demo, "run a small graph on the CPU and print its result and timing"},
     {"bench", cmd_bench, "benchmarks: `tensile bench ops [--json] [--threads N]`"},
+    {"run", cmd_run, "generate text with a GGUF model: `tensile run -m FILE -p PROMPT`"},
+    {"eval", cmd_eval, "write a prompt's logits for every token: `tensile eval -m FILE --ids ... --out F`"},
+    {"gen-model", cmd_gen_model, "write a random-weight model of a real model's shape"},
+    {"drill", cmd_drill, "inject every fault class at every point of a small graph: `tensile drill [--json]`"},
+    {"doctor", cmd_doctor, "list backends, build every kernel, run a short drill, give a verdict per backend"},
 };
 #define N_COMMANDS (int)(sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -1,5 +1,6 @@
 /*
- * model.h - models: GGUF files (read and write).
+ * model.h - models: GGUF files (read and write), and llama-family LLM
+ * inference on them (the LLM section at the end).
  *
  * The GGUF section below reads and writes GGUF v3 files (v2 is read too: it
  * has the same layout for little-endian files). The reader memory-maps the
@@ -27,6 +28,7 @@
 #ifndef TENSILE_MODEL_H
 #define TENSILE_MODEL_H
 
+#include "backend.h"
 #include "tensile.h"
 
 #ifdef __cplusplus
@@ -243,6 +245,230 @@ tsl_status tsl_gguf_writer_status(const tsl_gguf_writer *w, tsl_error *err);
  * there is untouched) and no temporary file remains. The writer can be
  * written again. */
 tsl_status tsl_gguf_writer_write(const tsl_gguf_writer *w, const char *path, tsl_error *err);
+
+/* ======================================================================== */
+/* LLM                                                                       */
+/* ======================================================================== */
+/*
+ * Llama-family language models from GGUF files: loading (tsl_model), an
+ * inference context with its KV cache (tsl_llm_ctx), the tokenizer, and a
+ * sampler (tsl_sampler).
+ *
+ * Architectures: "llama" (Llama 1-3 and other files of that architecture),
+ * "qwen2" (Qwen 1.5/2/2.5: q/k/v biases, NEOX rope) and "qwen3" (per-head
+ * q/k RMS norms, head size from attention.key_length). Hyper-parameters
+ * are read by the key names llama.cpp writes ("{arch}.embedding_length",
+ * ...); tensors by its names ("blk.N.attn_q.weight", ...).
+ *
+ * Memory: weights stay in the file's read-only mapping (zero-copy on the
+ * CPU); a context owns its KV cache and one activation buffer that the graph
+ * allocator sizes to the largest batch seen; nothing else grows with the
+ * model.
+ *
+ * Failure behaviour follows the rest of the library: a call that can fail
+ * returns NULL or a tsl_status and fills the caller's tsl_error (which may be
+ * NULL). A bad file gives TSL_FAILED with a message naming the key or tensor
+ * and what was expected and found; decode returns the compute's own status
+ * and record (RETRY, ABORTED, FAILED, ALLOC_FAILED, DEVICE_LOST). Nothing
+ * aborts.
+ *
+ * Threads: a loaded model is immutable and may be shared by contexts on any
+ * number of threads; one context (and one sampler) is used by one thread at a
+ * time.
+ */
+
+typedef struct tsl_model tsl_model;
+typedef struct tsl_llm_ctx tsl_llm_ctx;
+typedef struct tsl_sampler tsl_sampler;
+
+typedef enum tsl_llm_arch {
+    TSL_ARCH_LLAMA = 0,
+    TSL_ARCH_QWEN2 = 1,
+    TSL_ARCH_QWEN3 = 2,
+} tsl_llm_arch;
+
+/* "llama", "qwen2", "qwen3"; "?" otherwise. */
+const char *tsl_llm_arch_name(tsl_llm_arch a);
+
+typedef struct tsl_model_params {
+    bool prefetch; /* read every weight page in before returning, so the first tokens do not pay
+                      for page faults (default true) */
+    bool progress; /* draw a progress bar on stderr while prefetching, only when stderr is a
+                      terminal (default true; false for --quiet) */
+} tsl_model_params;
+
+tsl_model_params tsl_model_default_params(void);
+
+/* Load a model: open and validate the GGUF file (tsl_gguf_open), read
+ * general.architecture and the hyper-parameters, find every tensor the
+ * architecture needs and check its type and shape against them, and build
+ * the tokenizer from the tokenizer.ggml.* keys. p may be NULL (defaults).
+ * Returns NULL with err filled (TSL_FAILED, or TSL_ALLOC_FAILED) on any
+ * problem; messages name the file and the part at fault, e.g.
+ *   model 'm.gguf': tensor 'blk.3.attn_k.weight' has shape [896, 256], expected
+ *   [896, 128] (n_embd, n_head_kv * head_dim)
+ *   model 'm.gguf': architecture 'gpt2' is not supported (llama, qwen2, qwen3)
+ * The model keeps the file mapped until tsl_model_free. */
+tsl_model *tsl_model_load(const char *path, const tsl_model_params *p, tsl_error *err);
+/* Free the model and unmap its file. Every context made from it must be freed
+ * first. NULL is a no-op. */
+void tsl_model_free(tsl_model *m);
+
+/* What a loaded model is (all fields read-only, valid until tsl_model_free). */
+typedef struct tsl_model_info {
+    tsl_llm_arch arch;
+    const char *arch_name;  /* "llama", ... */
+    const char *name;       /* general.name, or the file name */
+    int32_t n_vocab;
+    int32_t n_ctx_train;    /* {arch}.context_length */
+    int32_t n_embd, n_layer, n_ff;
+    int32_t n_head, n_head_kv;
+    int32_t head_dim;       /* key/query head size */
+    int32_t head_dim_v;     /* value head size */
+    int32_t n_rot;          /* rotated dimensions per head */
+    float rms_eps;
+    float rope_base;
+    float rope_freq_scale; /* 1 / scaling factor; 1 when unscaled */
+    const char *rope_scaling; /* "none", "linear", "yarn" */
+    bool tied_output;       /* the output projection is token_embd */
+    tsl_type weight_type;   /* the type holding most weight bytes */
+    uint64_t n_params;      /* elements of all tensors */
+    uint64_t weight_bytes;  /* bytes of all tensors */
+    uint64_t decode_bytes;  /* bytes of weights one decoded token reads: every tensor except
+                               token_embd, which only counts when it is also the output */
+    uint64_t file_bytes;
+} tsl_model_info;
+
+const tsl_model_info *tsl_model_get_info(const tsl_model *m);
+
+/* ---- tokenizer ----------------------------------------------------------- */
+
+/* Text to ids with the model's vocabulary (see src/model/tokenizer.h):
+ * add_special adds BOS/EOS as the vocabulary asks; parse_special turns
+ * special tokens written in the text ("<|im_end|>") into their ids. Writes
+ * at most cap ids and returns the number needed (> cap: call again with a
+ * larger out); -1 on bad arguments. */
+int32_t tsl_llm_tokenize(const tsl_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                         int32_t *out, int32_t cap);
+/* Ids to text. Returns the full byte length (>= cap: out was too small; out is
+ * NUL-terminated when there is room); -1 on an id out of range. */
+int64_t tsl_llm_detokenize(const tsl_model *m, const int32_t *ids, size_t n, bool skip_special, char *out,
+                           size_t cap);
+/* The bytes one token adds to a streamed text (may end inside a UTF-8
+ * character); control tokens give nothing. Same return convention. */
+int64_t tsl_llm_token_piece(const tsl_model *m, int32_t id, char *out, size_t cap);
+int32_t tsl_llm_token_bos(const tsl_model *m); /* -1 when none */
+int32_t tsl_llm_token_eos(const tsl_model *m);
+/* True for the tokens that end a generation: EOS, EOT, and the control tokens
+ * chat templates end a turn with (<|im_end|>, <|eot_id|>, <|endoftext|>, ...). */
+bool tsl_llm_token_is_eog(const tsl_model *m, int32_t id);
+
+/* ---- inference contexts ---------------------------------------------------- */
+
+typedef struct tsl_llm_params {
+    int32_t n_ctx;        /* positions in the KV cache; 0: the model's context length, at most 4096 */
+    int32_t n_batch;      /* tokens per graph; a longer decode is split; 0: 512 */
+    tsl_backend *backend; /* borrowed, outlives the context; NULL: the context makes
+                                    and owns a CPU backend with n_threads threads */
+    int32_t n_threads;    /* for that CPU backend; <= 0: one per online core */
+    tsl_type kv_type;     /* TSL_TYPE_F16 (default) or TSL_TYPE_F32 */
+    bool logits_all;      /* keep the logits of every token of a decode call, not just the last */
+    int32_t retry_attempts; /* attempts per compute for RETRY outcomes (tsl_graph_compute_retry,
+                               default backoff); 1: no retry; 0: the default policy (3) */
+} tsl_llm_params;
+
+tsl_llm_params tsl_llm_default_params(void);
+
+/* A context on model m: its KV cache (allocated on the backend, n_layer x
+ * n_ctx x n_head_kv x (head_dim + head_dim_v) elements of kv_type) and its
+ * token history. Returns NULL with err filled when a parameter is out of
+ * range, the backend cannot be made, or the cache cannot be allocated
+ * (TSL_ALLOC_FAILED). */
+tsl_llm_ctx *tsl_llm_ctx_new(tsl_model *m, const tsl_llm_params *p, tsl_error *err);
+/* Free the context, its cache, and its backend if it made one. NULL is a no-op. */
+void tsl_llm_ctx_free(tsl_llm_ctx *c);
+
+/* Run n tokens through the model at the next n positions (after the ones
+ * already decoded), in batches of n_batch, writing their keys and values to
+ * the cache and keeping the logits (of the last token, or of every token with
+ * logits_all). Returns TSL_SUCCESS or the first failure, with err filled:
+ * FAILED for bad arguments (n < 1, a token id out of range, the cache full:
+ * the message says how many positions are left) or a graph that cannot run;
+ * otherwise the compute's own status. A failed call changes nothing the
+ * caller can see: the cache positions of its tokens are not counted (the
+ * position rolls back to where the call started), the history keeps only the
+ * tokens decoded before it, and the previous logits are gone (tsl_llm_logits
+ * gives NULL). After RETRY or ABORTED the same call can simply be made again.
+ * After DEVICE_LOST the cache is known lost: recover the backend, and the
+ * next decode (or tsl_llm_rebuild) first re-runs the token history. */
+tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_error *err);
+
+/* Logits (n_vocab floats) of token i of the last successful decode call: -1
+ * (or the last index) is its last token; other indices need logits_all.
+ * NULL when there are none for i. Valid until the next decode, truncate,
+ * clear or rebuild. */
+const float *tsl_llm_logits(const tsl_llm_ctx *c, int32_t i);
+/* How many tokens' logits the last decode kept (0, 1, or n with logits_all). */
+int32_t tsl_llm_n_logits(const tsl_llm_ctx *c);
+
+int32_t tsl_llm_n_ctx(const tsl_llm_ctx *c);
+/* Positions in use: the number of tokens decoded so far. */
+int32_t tsl_llm_n_past(const tsl_llm_ctx *c);
+/* The tokens decoded so far, in order (tsl_llm_n_past of them). */
+const int32_t *tsl_llm_history(const tsl_llm_ctx *c);
+/* Forget everything from position n_keep on (0 <= n_keep <= n_past), e.g. to
+ * reuse a common prompt prefix. Returns FAILED for n_keep out of range. */
+tsl_status tsl_llm_truncate(tsl_llm_ctx *c, int32_t n_keep, tsl_error *err);
+/* Forget every position (same as truncate to 0). */
+void tsl_llm_clear(tsl_llm_ctx *c);
+/* Re-run the whole token history into the cache: what a context does after
+ * its cache was lost (device recovery; decode does it by itself after a
+ * DEVICE_LOST). On success the logits are those of the last history token.
+ * On failure n_past still counts the history and the rebuild is pending:
+ * the next decode or rebuild tries again. */
+tsl_status tsl_llm_rebuild(tsl_llm_ctx *c, tsl_error *err);
+/* The backend the context computes on. */
+tsl_backend *tsl_llm_backend(const tsl_llm_ctx *c);
+const tsl_model *tsl_llm_model(const tsl_llm_ctx *c);
+
+/* ---- sampling ------------------------------------------------------------------ */
+
+/*
+ * A sampler picks the next token from logits. The chain is llama.cpp's: the
+ * repetition penalty over the last repeat_last_n accepted tokens, then top-k,
+ * top-p and min-p (on the probabilities at temperature 1), then the
+ * temperature, then a draw from what is left. temp <= 0 is greedy: the
+ * largest logit after the penalty (first index on ties). A filter at its
+ * neutral value does nothing: top_k <= 0, top_p >= 1, min_p <= 0,
+ * repeat_penalty == 1. The draw uses the sampler's own PRNG (xoshiro256**
+ * seeded from seed through splitmix64), so a seed gives the same tokens on
+ * every run and machine for the same logits.
+ */
+typedef struct tsl_sampler_params {
+    float temp;           /* default 0.8 */
+    int32_t top_k;        /* default 40 */
+    float top_p;          /* default 0.95 */
+    float min_p;          /* default 0.05 */
+    float repeat_penalty; /* default 1.0 (off); > 1 discourages repeats */
+    int32_t repeat_last_n; /* window of accepted tokens the penalty looks at; default 64; 0: none */
+    uint64_t seed;        /* default 0 */
+} tsl_sampler_params;
+
+tsl_sampler_params tsl_sampler_default_params(void);
+/* Returns NULL with err filled (FAILED) for a parameter out of range (NaN,
+ * top_p or min_p outside [0, 1], repeat_penalty <= 0, repeat_last_n < 0), or
+ * ALLOC_FAILED. p NULL: defaults. */
+tsl_sampler *tsl_sampler_new(const tsl_sampler_params *p, tsl_error *err);
+void tsl_sampler_free(tsl_sampler *s);
+/* Pick a token from n_vocab logits (not modified). Returns its id, or -1 when
+ * no logit is finite or larger than -inf, or on bad arguments. Does not
+ * record the token: call tsl_sampler_accept for it (and for prompt tokens,
+ * so the penalty sees them). */
+int32_t tsl_sampler_sample(tsl_sampler *s, const float *logits, int32_t n_vocab);
+/* Record a token in the penalty window. */
+void tsl_sampler_accept(tsl_sampler *s, int32_t token);
+/* Empty the window and reseed the PRNG from the seed given at creation. */
+void tsl_sampler_reset(tsl_sampler *s);
 
 /* ======================================================================== */
 /* (end of GGUF)                                                             */

@@ -1,0 +1,160 @@
+/*
+ * arch.c - the forward graphs of the llama family: llama, qwen2, qwen3.
+ *
+ * One builder serves the three architectures, since they differ in a few
+ * switches rather than in structure (pre-norm blocks of RMS norm, attention
+ * with rotary positions and grouped-query heads, SwiGLU feed-forward):
+ *
+ *   llama  NORMAL rope (GGUF stores Q/K rows pre-permuted for it), optional
+ *          q/k/v biases, llama3's frequency factors (rope_freqs.weight)
+ *   qwen2  NEOX rope, q/k/v biases
+ *   qwen3  NEOX rope, an RMS norm over each head of q and k before the rope,
+ *          head size from attention.key_length (not n_embd / n_head)
+ *
+ * A batch of n tokens at positions [pos0, pos0 + n) is one graph whatever n
+ * is: prefill and single-token decode are the same code, so they cannot
+ * drift apart (the test checks they give the same logits).
+ *
+ * Attention reads the cache in place (see kv.c for the layout). The new
+ * keys and values are copied into the cache first; the graph's order makes
+ * that happen before the reads: the copy nodes are the first outputs handed
+ * to tsl_graph_build, layer by layer, so each layer's copies come before
+ * anything that depends on that layer's attention. Grouped-query attention
+ * costs nothing extra: mul_mat broadcasts the n_head_kv cache heads over
+ * the n_head query heads (query head h uses cache head h / (n_head /
+ * n_head_kv), as llama's repeat_kv does). The causal mask is an input
+ * [n_kv, n] of 0 and -inf filled by the context from the positions.
+ *
+ * Only the rows whose logits are wanted go through the last layer's
+ * feed-forward and the output projection: for a prompt that is one token
+ * in n, and the vocabulary projection is the largest matrix of a small model.
+ *
+ * Nodes are named after the weights they apply ("blk.3.ffn_up"), so an error
+ * record names the place in the model where a compute failed.
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "core/core.h"
+#include "model/llm_impl.h"
+
+size_t arch_graph_mem(const tsl_model *m) {
+    /* ~40 tensors per layer, the graph's node and leaf arrays (doubling), slack */
+    const size_t per = sizeof(tsl_tensor) + 64;
+    const size_t n = (size_t)m->hp.n_layer * 48 + 64;
+    return n * per + n * 4 * sizeof(void *) * 4 + (256u << 10);
+}
+
+/* x * w over rows, the norm every block starts with. */
+static tsl_tensor *arch_norm(tsl_context *ctx, tsl_tensor *x, tsl_tensor *w, float eps, const char *name, int il) {
+    tsl_tensor *t = tsl_mul(ctx, tsl_rms_norm(ctx, x, eps), w);
+    return il >= 0 ? tsl_tensor_format_name(t, "blk.%d.%s", il, name) : tsl_tensor_set_name(t, name);
+}
+
+/* w · x (+ b), named after w. */
+static tsl_tensor *arch_linear(tsl_context *ctx, tsl_tensor *w, tsl_tensor *b, tsl_tensor *x, const char *name,
+                               int il) {
+    tsl_tensor *t = tsl_tensor_format_name(tsl_mul_mat(ctx, w, x), "blk.%d.%s", il, name);
+    if (b) t = tsl_tensor_format_name(tsl_add(ctx, t, b), "blk.%d.%s+bias", il, name);
+    return t;
+}
+
+static tsl_rope_params arch_rope_params(const llm_hparams *hp) {
+    tsl_rope_params rp = tsl_rope_default(hp->n_rot);
+    rp.mode = hp->rope_mode;
+    rp.freq_base = hp->rope_base;
+    rp.freq_scale = hp->rope_freq_scale;
+    rp.n_ctx_orig = hp->rope_n_ctx_orig;
+    if (hp->rope_scaling == LLM_ROPE_SCALING_YARN) {
+        rp.ext_factor = hp->yarn_ext_factor;
+        rp.attn_factor = hp->yarn_attn_factor;
+        rp.beta_fast = hp->yarn_beta_fast;
+        rp.beta_slow = hp->yarn_beta_slow;
+    }
+    return rp;
+}
+
+bool arch_build(const tsl_model *m, const llm_kv *kv, tsl_context *ctx, int32_t n, int32_t pos0, bool all_logits,
+                arch_graph *out) {
+    const llm_hparams *hp = &m->hp;
+    const int32_t n_kv = pos0 + n;
+    const int32_t n_out = all_logits ? n : 1;
+    const int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
+    const float kq_scale = 1.0f / sqrtf((float)hd);
+    const tsl_rope_params rp = arch_rope_params(hp);
+
+    out->n_kv = n_kv;
+    out->n_out = n_out;
+    out->tokens = tsl_tensor_set_name(tsl_new_tensor_1d(ctx, TSL_TYPE_I32, n), "inp_tokens");
+    out->pos = tsl_tensor_set_name(tsl_new_tensor_1d(ctx, TSL_TYPE_I32, n), "inp_pos");
+    out->mask = tsl_tensor_set_name(tsl_new_tensor_2d(ctx, TSL_TYPE_F32, n_kv, n), "inp_kq_mask");
+    if (!out->tokens || !out->pos || !out->mask) return false;
+    out->tokens->flags |= TSL_FLAG_INPUT;
+    out->pos->flags |= TSL_FLAG_INPUT;
+    out->mask->flags |= TSL_FLAG_INPUT;
+
+    /* the copies into the cache, then the logits: the order the graph runs them */
+    const int n_outputs = 2 * hp->n_layer + 1;
+    tsl_tensor **outs = ctx_arena_alloc(ctx, (size_t)n_outputs * sizeof *outs, 0);
+    if (!outs) return false;
+
+    tsl_tensor *x = tsl_tensor_set_name(tsl_get_rows(ctx, m->tok_embd, out->tokens), "inp_embd");
+    for (int il = 0; il < hp->n_layer; il++) {
+        const llm_layer *L = &m->layers[il];
+        const bool last = il == hp->n_layer - 1;
+        tsl_tensor *res = x;
+        tsl_tensor *cur = arch_norm(ctx, x, L->attn_norm, hp->rms_eps, "attn_norm", il);
+
+        tsl_tensor *q = arch_linear(ctx, L->wq, L->bq, cur, "attn_q", il);
+        tsl_tensor *k = arch_linear(ctx, L->wk, L->bk, cur, "attn_k", il);
+        tsl_tensor *v = arch_linear(ctx, L->wv, L->bv, cur, "attn_v", il);
+        q = tsl_reshape_3d(ctx, q, hd, hp->n_head, n);
+        k = tsl_reshape_3d(ctx, k, hd, hp->n_head_kv, n);
+        if (L->q_norm) q = arch_norm(ctx, q, L->q_norm, hp->rms_eps, "attn_q_norm", il);
+        if (L->k_norm) k = arch_norm(ctx, k, L->k_norm, hp->rms_eps, "attn_k_norm", il);
+        q = tsl_tensor_format_name(tsl_rope(ctx, q, out->pos, m->rope_freqs, &rp), "blk.%d.rope_q", il);
+        k = tsl_tensor_format_name(tsl_rope(ctx, k, out->pos, m->rope_freqs, &rp), "blk.%d.rope_k", il);
+
+        tsl_tensor *cpy_k = NULL, *cpy_v = NULL;
+        if (!kv_store(ctx, kv, il, pos0, tsl_reshape_2d(ctx, k, hd * hp->n_head_kv, n), v, &cpy_k, &cpy_v))
+            return false;
+        outs[2 * il] = cpy_k;
+        outs[2 * il + 1] = cpy_v;
+
+        /* scores [n_kv, n, n_head] = K · q per head, masked softmax, then V */
+        tsl_tensor *qp = tsl_permute(ctx, q, 0, 2, 1, 3); /* [hd, n, n_head] */
+        tsl_tensor *kq = tsl_mul_mat(ctx, kv_k_view(ctx, kv, il, n_kv), qp);
+        kq = tsl_tensor_format_name(kq, "blk.%d.kq", il);
+        kq = tsl_tensor_format_name(tsl_soft_max(ctx, kq, out->mask, kq_scale), "blk.%d.kq_softmax", il);
+        tsl_tensor *kqv = tsl_mul_mat(ctx, kv_v_view(ctx, kv, il, n_kv), kq); /* [hdv, n, n_head] */
+        kqv = tsl_tensor_format_name(kqv, "blk.%d.kqv", il);
+        cur = tsl_permute(ctx, kqv, 0, 2, 1, 3); /* [hdv, n_head, n] */
+        if (cur && !tsl_is_contiguous(cur)) cur = tsl_cont(ctx, cur); /* a single token needs no copy */
+        cur = tsl_reshape_2d(ctx, cur, hdv * hp->n_head, n);
+
+        if (last && n_out < n) {
+            /* only the last token goes on */
+            cur = tsl_view_2d(ctx, cur, cur ? cur->ne[0] : 0, 1, cur ? cur->nb[1] : 0,
+                              cur ? (size_t)(n - 1) * cur->nb[1] : 0);
+            res = tsl_view_2d(ctx, res, res ? res->ne[0] : 0, 1, res ? res->nb[1] : 0,
+                              res ? (size_t)(n - 1) * res->nb[1] : 0);
+        }
+        cur = arch_linear(ctx, L->wo, NULL, cur, "attn_output", il);
+        x = tsl_tensor_format_name(tsl_add(ctx, cur, res), "blk.%d.attn_residual", il);
+
+        res = x;
+        cur = arch_norm(ctx, x, L->ffn_norm, hp->rms_eps, "ffn_norm", il);
+        tsl_tensor *g = arch_linear(ctx, L->ffn_gate, NULL, cur, "ffn_gate", il);
+        tsl_tensor *u = arch_linear(ctx, L->ffn_up, NULL, cur, "ffn_up", il);
+        cur = tsl_tensor_format_name(tsl_swiglu(ctx, g, u), "blk.%d.ffn_swiglu", il);
+        cur = arch_linear(ctx, L->ffn_down, NULL, cur, "ffn_down", il);
+        x = tsl_tensor_format_name(tsl_add(ctx, cur, res), "blk.%d.ffn_residual", il);
+        if (tsl_ctx_error(ctx)) return false;
+    }
+    x = arch_norm(ctx, x, m->output_norm, hp->rms_eps, "output_norm", -1);
+    out->logits = tsl_tensor_set_name(tsl_mul_mat(ctx, m->output, x), "output");
+    if (!out->logits) return false;
+    outs[n_outputs - 1] = out->logits;
+    out->g = tsl_graph_build(ctx, outs, n_outputs);
+    return out->g != NULL;
+}
