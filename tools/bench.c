@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/backend_impl.h"
 #include "commands.h"
 #include "tensile/backend.h"
 
@@ -63,6 +64,7 @@ typedef struct bench_row {
     double seconds, min_seconds; /* NAN when not run */
     double gflops, gbs;          /* NAN when not meaningful */
     double flops_ratio, bw_ratio;
+    double ns_per_node, share; /* fault_checks rows only, else NAN */
     char error[200];
 } bench_row;
 
@@ -142,6 +144,10 @@ static void bench_emit(bench_state *st, bench_row *r) {
         bench_json_num("gflops", r->gflops, false);
         bench_json_num("gbs", r->gbs, false);
         bench_json_num("flops_ratio", r->flops_ratio, false);
+        if (isfinite(r->ns_per_node)) {
+            bench_json_num("ns_per_node", r->ns_per_node, false);
+            bench_json_num("share", r->share, false);
+        }
         bench_json_num("bw_ratio", r->bw_ratio, !r->error[0]);
         if (r->error[0]) {
             printf("\"error\":");
@@ -163,8 +169,11 @@ static void bench_emit(bench_state *st, bench_row *r) {
             snprintf(f[2], 16, isfinite(r->gbs) ? "%.1f" : "-", r->gbs);
             snprintf(f[3], 16, isfinite(r->flops_ratio) ? "%.1f" : "-", r->flops_ratio * 100);
             snprintf(f[4], 16, isfinite(r->bw_ratio) ? "%.1f" : "-", r->bw_ratio * 100);
-            printf("%-13s %-7s %-28s %3d %10s %9s %8s %7s %7s\n", r->op, r->type, r->shape, r->threads, f[0], f[1],
+            printf("%-13s %-7s %-28s %3d %10s %9s %8s %7s %7s", r->op, r->type, r->shape, r->threads, f[0], f[1],
                    f[2], f[3], f[4]);
+            if (isfinite(r->ns_per_node))
+                printf("   %.1f ns/node, %.3f%% of compute", r->ns_per_node, r->share * 100);
+            printf("\n");
         }
     }
     fflush(stdout);
@@ -178,6 +187,7 @@ static bench_row bench_row_new(const bench_state *st, const char *op, const char
     snprintf(r.shape, sizeof r.shape, "%s", shape);
     r.threads = st->o.threads;
     r.seconds = r.min_seconds = r.gflops = r.gbs = r.flops_ratio = r.bw_ratio = NAN;
+    r.ns_per_node = r.share = NAN;
     return r;
 }
 
@@ -658,6 +668,93 @@ static size_t bench_l3_bytes(void) {
     return v > 0 ? (size_t)v : (size_t)32 << 20;
 }
 
+
+/* The cost of the fault contract's per-compute checks: the resolve pass
+ * (every buffer lookup, the ledger, the injection and kernel-cache checks)
+ * that runs before any node, timed by the backend (resolve_ns), against the
+ * compute's own time. This is an upper bound on the checks' cost, since the
+ * lookups would be needed anyway. Two graphs: 1,000 small nodes (a chain of
+ * adds on 256 floats), where the checks weigh most, and a llama-shaped block
+ * (attention + SwiGLU FFN, embd 512, 64 tokens). */
+static void bench_fault_checks(bench_state *st, bool llama) {
+    const char *shape = llama ? "llama block (embd 512, 64 tok)" : "1000 nodes x add [256]";
+    if (!bench_selected(st, "fault_checks", "f32")) return;
+    bench_row r = bench_row_new(st, "fault_checks", "f32", shape);
+    tsl_context *ctx = bench_ctx((size_t)64 << 20, 4096, &r);
+    tsl_graph *g = NULL;
+    if (ctx) {
+        tsl_tensor *out = NULL;
+        if (!llama) {
+            tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 256), *b = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 256);
+            if (x && b) {
+                bench_fill(x, &st->rng);
+                bench_fill(b, &st->rng);
+            }
+            out = x;
+            for (int i = 0; i < 1000; i++) out = tsl_add(ctx, out, b);
+        } else {
+            enum { E = 512, H = 8, D = 64, T = 64, F = 1408 };
+            tsl_tensor *x = tsl_new_tensor_2d(ctx, TSL_TYPE_F32, E, T);
+            tsl_tensor *nw = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, E);
+            tsl_tensor *wq = tsl_new_tensor_2d(ctx, TSL_TYPE_Q8_0, E, E), *wk = tsl_new_tensor_2d(ctx, TSL_TYPE_Q8_0, E, E);
+            tsl_tensor *wv = tsl_new_tensor_2d(ctx, TSL_TYPE_Q8_0, E, E), *wo = tsl_new_tensor_2d(ctx, TSL_TYPE_Q8_0, E, E);
+            tsl_tensor *wg = tsl_new_tensor_2d(ctx, TSL_TYPE_Q4_0, E, F), *wu = tsl_new_tensor_2d(ctx, TSL_TYPE_Q4_0, E, F);
+            tsl_tensor *wd = tsl_new_tensor_2d(ctx, TSL_TYPE_Q4_0, F, E);
+            tsl_tensor *pos = tsl_new_tensor_1d(ctx, TSL_TYPE_I32, T), *mask = tsl_new_tensor_2d(ctx, TSL_TYPE_F32, T, T);
+            tsl_tensor *all[] = {x, nw, wq, wk, wv, wo, wg, wu, wd};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                if (all[i]) bench_fill(all[i], &st->rng);
+            if (pos && mask) {
+                for (int i = 0; i < T; i++) ((int32_t *)pos->data)[i] = i;
+                for (int i = 0; i < T; i++)
+                    for (int j = 0; j < T; j++) ((float *)mask->data)[i * T + j] = j <= i ? 0.0f : -INFINITY;
+            }
+            tsl_rope_params rp = tsl_rope_default(D);
+            tsl_tensor *h = tsl_mul(ctx, tsl_rms_norm(ctx, x, 1e-5f), nw);
+            tsl_tensor *q = tsl_rope(ctx, tsl_reshape_3d(ctx, tsl_mul_mat(ctx, wq, h), D, H, T), pos, NULL, &rp);
+            tsl_tensor *k = tsl_rope(ctx, tsl_reshape_3d(ctx, tsl_mul_mat(ctx, wk, h), D, H, T), pos, NULL, &rp);
+            tsl_tensor *v = tsl_reshape_3d(ctx, tsl_mul_mat(ctx, wv, h), D, H, T);
+            tsl_tensor *kq = tsl_soft_max(ctx, tsl_mul_mat(ctx, tsl_cont(ctx, tsl_permute(ctx, k, 0, 2, 1, 3)),
+                                                           tsl_permute(ctx, q, 0, 2, 1, 3)),
+                                          mask, 0.125f);
+            tsl_tensor *kqv = tsl_mul_mat(ctx, tsl_cont(ctx, tsl_permute(ctx, v, 1, 2, 0, 3)), kq);
+            tsl_tensor *att = tsl_cont(ctx, tsl_permute(ctx, kqv, 0, 2, 1, 3));
+            tsl_tensor *x1 = tsl_add(ctx, x, tsl_mul_mat(ctx, wo, tsl_reshape_2d(ctx, att, E, T)));
+            tsl_tensor *h2 = tsl_mul(ctx, tsl_rms_norm(ctx, x1, 1e-5f), nw);
+            out = tsl_add(ctx, x1, tsl_mul_mat(ctx, wd, tsl_swiglu(ctx, tsl_mul_mat(ctx, wg, h2), tsl_mul_mat(ctx, wu, h2))));
+        }
+        g = out ? tsl_graph_build(ctx, &out, 1) : NULL;
+    }
+    if (ctx && bench_ctx_ok(ctx, &r) && g) {
+        const int reps = st->o.quick ? 5 : 31;
+        double tc[32], tr[32], med_c, min_c, med_r, min_r;
+        tsl_error err;
+        for (int i = 0; i <= reps && !r.error[0]; i++) {
+            double t0 = bench_now();
+            if (tsl_backend_graph_compute(st->be, g, &err) != TSL_SUCCESS) {
+                tsl_error_format(&err, r.error, sizeof r.error);
+                break;
+            }
+            double dt = bench_now() - t0;
+            if (i > 0) {
+                tc[i - 1] = dt;
+                tr[i - 1] = (double)atomic_load(&st->be->resolve_ns) * 1e-9;
+            }
+        }
+        if (!r.error[0]) {
+            bench_stats(tc, reps, &med_c, &min_c);
+            bench_stats(tr, reps, &med_r, &min_r);
+            r.seconds = med_c;
+            r.min_seconds = min_c;
+            r.ns_per_node = med_r * 1e9 / g->n_nodes;
+            r.share = med_r / med_c;
+            bench_rates(st, &r, tsl_graph_flops(g), 0);
+        }
+    }
+    tsl_ctx_free(ctx);
+    bench_emit(st, &r);
+}
+
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: tensile bench ops [--json] [--threads N] [--quick] [--filter SUBSTR]\n"
                "       tensile bench model -m FILE [--threads N] [--json]   (see tensile bench model --help)\n"
@@ -736,6 +833,9 @@ int cmd_bench(int argc, char **argv) {
 
     const size_t bw = st.o.quick ? (size_t)8 << 20 : 4 * st.o.l3;
     for (int w = BW_ADD; w <= BW_CPY_F16; w++) bench_bw_op(&st, w, bw);
+
+    bench_fault_checks(&st, false);
+    bench_fault_checks(&st, true);
 
     tsl_backend_free(st.be);
     return st.failures ? 1 : 0;
