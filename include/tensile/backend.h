@@ -44,6 +44,9 @@ int tsl_backend_cpu_threads(const tsl_backend *be);
 /* Alignment (bytes) of every buffer and tensor placement of this backend;
  * 0 for NULL. */
 size_t tsl_backend_alignment(const tsl_backend *be);
+/* Buffers of this backend alive now, and (if bytes is not NULL) their total
+ * size. For leak checks: `tensile drill` compares them around each fault. */
+int tsl_backend_n_buffers(const tsl_backend *be, size_t *bytes);
 /* Change the CPU backend's thread count (restarts the pool). */
 tsl_status tsl_backend_cpu_set_threads(tsl_backend *be, int n_threads, tsl_error *err);
 /* Name of the SIMD kernel set in use: "avx512", "avx2", "neon", "generic". */
@@ -311,7 +314,14 @@ int tsl_backend_build_kernels(tsl_backend *be, tsl_kernel_fn fn, void *user);
  * op. Inputs a split reads from another backend's memory are copied into
  * memory of the split's backend; activations are placed by one graph
  * allocator per backend. A failure names the split and its backend in the
- * record (err->split). */
+ * record (err->split).
+ * Nodes without data, or holding an address from an earlier compute, are
+ * placed by the scheduler and their results are valid until the next
+ * tsl_sched_compute on it; a node its owner placed (arena memory, or a
+ * live buffer of one of the scheduler's backends) keeps its memory and runs
+ * on a backend that can use it. The caller's tensors keep their sources;
+ * only nodes' data and buffer are set. Host-memory backends share one
+ * graph allocator. At most 16 backends; one thread at a time. */
 typedef struct tsl_sched tsl_sched;
 
 typedef struct tsl_sched_params {

@@ -242,6 +242,7 @@ tsl_buffer *tsl_buffer_alloc(tsl_backend *be, size_t size, tsl_error *err) {
     atomic_init(&buf->lost, 0);
     backend_dev_add_buffer(be->dev, buf);
     __atomic_fetch_add(&be->n_buffers_alive, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&be->bytes_alive, size, __ATOMIC_ACQ_REL);
     return buf;
 }
 
@@ -252,7 +253,13 @@ void tsl_buffer_free(tsl_buffer *buf) {
     be->vt->buffer_free(be, buf->handle);
     free(buf->host_copy);
     __atomic_fetch_sub(&be->n_buffers_alive, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_sub(&be->bytes_alive, buf->size, __ATOMIC_ACQ_REL);
     free(buf);
+}
+
+int tsl_backend_n_buffers(const tsl_backend *be, size_t *bytes) {
+    if (bytes) *bytes = be ? __atomic_load_n(&be->bytes_alive, __ATOMIC_ACQUIRE) : 0;
+    return be ? __atomic_load_n(&be->n_buffers_alive, __ATOMIC_ACQUIRE) : 0;
 }
 
 size_t tsl_buffer_size(const tsl_buffer *buf) { return buf ? buf->size : 0; }

@@ -122,6 +122,7 @@ struct tsl_backend {
     tsl_abort_fn abort_fn;
     void *abort_user;
     int n_buffers_alive; /* freeing a backend with live buffers is a bug */
+    size_t bytes_alive;  /* their total size (tsl_backend_n_buffers) */
     /* the fault contract's common state (src/backend/fault_api.c, recover.c) */
     tsl_gate_fn gate_fn;        /* availability gate, or NULL */
     void *gate_user;

@@ -1,0 +1,1091 @@
+/*
+ * drill.c - `tensile drill`: fault drills, in the spirit of SQLite's anomaly
+ * testing (FAULTS.md section 10).
+ *
+ * A small llama-shaped graph (two layers: embeddings, attention with rope and
+ * a masked soft_max, a swiglu FFN, the vocabulary projection; weights of
+ * several types from a seeded generator) is computed once without faults;
+ * that is the reference. Then, for each fault class, one fault is injected
+ * at each injection point in turn, through the public injection API
+ * (tsl_backend_inject), so it takes the same path a real fault takes:
+ *
+ *   retry   the compute                      -> RETRY, nothing latched
+ *   lost    the compute                      -> DEVICE_LOST, latched with the
+ *                                              original cause until recover
+ *   nobuf   every compute node, every leaf   -> FAILED naming the node and
+ *           (weights and inputs)                the tensor
+ *   kernel  every distinct kernel the graph  -> FAILED naming the kernel;
+ *           uses                                then the scheduler moves its
+ *                                              ops to the CPU fallback
+ *   alloc   the weights buffer, the graph    -> ALLOC_FAILED
+ *           allocator's buffer, the first
+ *           allocation inside a compute
+ *   abort   between every two compute nodes  -> ABORTED naming the next node
+ *
+ * Each row checks: the fault fired exactly once; the status; that the
+ * record names the injected node, tensor or kernel; that the next compute
+ * (after recover for lost; through the scheduler with the CPU fallback for
+ * kernel) equals the reference bit for bit; and that the backends hold as
+ * many buffers as before the row. A row that passes every check is
+ * "handled"; one with a wrong status, record or result is "wrong"; one that
+ * left a buffer behind is "leaked". Heap leaks are the sanitizer's job: CI
+ * runs the drill in the ASan/LSan build too.
+ *
+ * Each class runs in a child process (fork), so a crash costs that class's
+ * remaining rows, reported as "crashed" with the signal, and the other
+ * classes still run. A child that ends through a sanitizer report counts
+ * as crashed (ASan, UBSan) or leaked (LSan's exit code 23). Rows go back to
+ * the parent through a pipe as they finish.
+ *
+ * Injection points are found through the public API too: kernel names by
+ * injecting a kernel fault at each node in turn and reading the name from
+ * the record (recover between: it clears the kernel-failure cache), the
+ * allocation sizes from the buffers a clean run made. Rules use times=1, so
+ * exactly one fault fires whatever the backend's compute count is. An
+ * ambient TSL_FAULT is ignored: the drill injects its own faults.
+ *
+ * The leak check compares the backends' live-buffer counts
+ * (tsl_backend_n_buffers) around each fault; the sanitizer build adds LSan.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "tensile/backend.h"
+
+enum { DR_EMBD = 64, DR_HEAD = 4, DR_HDIM = 16, DR_FF = 128, DR_VOCAB = 64, DR_TOK = 8, DR_LAYERS = 2 };
+#define DR_QUICK_POINTS 3 /* injection points per list with --quick */
+#define DR_MAX_KERNELS 64
+
+typedef struct drill_opts {
+    const char *backend; /* "cpu", "vulkan", "all" */
+    bool json, quick, verbose;
+    int threads;
+} drill_opts;
+
+typedef struct drill_counts {
+    int injected, handled, crashed, wrong, leaked;
+} drill_counts;
+
+/* ---- the model --------------------------------------------------------------- */
+
+typedef struct drill_layer {
+    tsl_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *gate, *up, *down;
+} drill_layer;
+
+typedef struct drill_model {
+    tsl_context *ctx; /* weights and inputs; no_alloc */
+    tsl_buffer *buf;  /* all of them, on the backend under test; persistent */
+    tsl_tensor *tok_embd, *out_norm, *output, *tokens, *pos, *mask;
+    drill_layer l[DR_LAYERS];
+} drill_model;
+
+typedef struct drill_graph {
+    tsl_context *ctx;
+    tsl_graph *g;
+    tsl_tensor *out;
+} drill_graph;
+
+static tsl_tensor *drill_w(tsl_context *c, tsl_type type, int64_t ne0, int64_t ne1, int il, const char *what) {
+    tsl_tensor *t = ne1 > 0 ? tsl_new_tensor_2d(c, type, ne0, ne1) : tsl_new_tensor_1d(c, type, ne0);
+    if (!t) return NULL;
+    return il >= 0 ? tsl_tensor_format_name(t, "blk.%d.%s.weight", il, what) : tsl_tensor_set_name(t, what);
+}
+
+static uint64_t drill_rand(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ULL;
+}
+
+/* Seeded values for every tensor of the model, then the inputs. */
+static tsl_status drill_model_fill(drill_model *m, tsl_error *err) {
+    uint64_t s = 0x5eed5eed12345ULL;
+    tsl_status st = TSL_SUCCESS;
+    for (tsl_tensor *t = tsl_ctx_first_tensor(m->ctx); t && st == TSL_SUCCESS; t = tsl_ctx_next_tensor(m->ctx, t)) {
+        if (t == m->tokens || t == m->pos || t == m->mask) continue;
+        int64_t n = tsl_nelements(t);
+        float *f = malloc((size_t)n * sizeof *f);
+        void *q = malloc(tsl_nbytes(t));
+        bool norm = strstr(t->name, "norm") != NULL;
+        for (int64_t i = 0; f && i < n; i++) {
+            float u = (float)((drill_rand(&s) >> 40) * (1.0 / 16777216.0));
+            f[i] = norm ? 0.8f + 0.4f * u : 0.5f * u - 0.25f;
+        }
+        if (!f || !q || tsl_quantize(t->type, f, q, n) != tsl_nbytes(t))
+            st = TSL_ALLOC_FAILED;
+        else
+            st = tsl_tensor_set(t, q, 0, tsl_nbytes(t), err);
+        free(f);
+        free(q);
+    }
+    int32_t tok[DR_TOK], pos[DR_TOK];
+    float mask[DR_TOK * DR_TOK];
+    for (int i = 0; i < DR_TOK; i++) {
+        tok[i] = (i * 29 + 5) % DR_VOCAB;
+        pos[i] = i;
+        for (int k = 0; k < DR_TOK; k++) mask[i * DR_TOK + k] = k <= i ? 0.0f : -INFINITY;
+    }
+    if (st == TSL_SUCCESS) st = tsl_tensor_set(m->tokens, tok, 0, sizeof tok, err);
+    if (st == TSL_SUCCESS) st = tsl_tensor_set(m->pos, pos, 0, sizeof pos, err);
+    if (st == TSL_SUCCESS) st = tsl_tensor_set(m->mask, mask, 0, sizeof mask, err);
+    return st;
+}
+
+static void drill_model_free(drill_model *m) {
+    tsl_buffer_free(m->buf);
+    tsl_ctx_free(m->ctx);
+    memset(m, 0, sizeof *m);
+}
+
+/* Weights and inputs in one persistent buffer of be (restored from the
+ * backend's host copy after a recovery). */
+static tsl_status drill_model_new(drill_model *m, tsl_backend *be, tsl_error *err) {
+    memset(m, 0, sizeof *m);
+    m->ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 256u << 10, .no_alloc = true});
+    if (!m->ctx) {
+        if (err) snprintf(err->message, sizeof err->message, "out of memory for the model context");
+        return TSL_ALLOC_FAILED;
+    }
+    tsl_context *c = m->ctx;
+    m->tok_embd = drill_w(c, TSL_TYPE_Q8_0, DR_EMBD, DR_VOCAB, -1, "token_embd.weight");
+    for (int il = 0; il < DR_LAYERS; il++) {
+        drill_layer *l = &m->l[il];
+        l->attn_norm = drill_w(c, TSL_TYPE_F32, DR_EMBD, 0, il, "attn_norm");
+        l->wq = drill_w(c, TSL_TYPE_Q8_0, DR_EMBD, DR_EMBD, il, "attn_q");
+        l->wk = drill_w(c, TSL_TYPE_Q4_0, DR_EMBD, DR_EMBD, il, "attn_k");
+        l->wv = drill_w(c, TSL_TYPE_F16, DR_EMBD, DR_EMBD, il, "attn_v");
+        l->wo = drill_w(c, TSL_TYPE_Q8_0, DR_EMBD, DR_EMBD, il, "attn_output");
+        l->ffn_norm = drill_w(c, TSL_TYPE_F32, DR_EMBD, 0, il, "ffn_norm");
+        l->gate = drill_w(c, TSL_TYPE_Q4_0, DR_EMBD, DR_FF, il, "ffn_gate");
+        l->up = drill_w(c, TSL_TYPE_Q8_0, DR_EMBD, DR_FF, il, "ffn_up");
+        l->down = drill_w(c, TSL_TYPE_F16, DR_FF, DR_EMBD, il, "ffn_down");
+    }
+    m->out_norm = drill_w(c, TSL_TYPE_F32, DR_EMBD, 0, -1, "output_norm.weight");
+    m->output = drill_w(c, TSL_TYPE_F32, DR_EMBD, DR_VOCAB, -1, "output.weight");
+    m->tokens = tsl_tensor_set_name(tsl_new_tensor_1d(c, TSL_TYPE_I32, DR_TOK), "inp_tokens");
+    m->pos = tsl_tensor_set_name(tsl_new_tensor_1d(c, TSL_TYPE_I32, DR_TOK), "inp_pos");
+    m->mask = tsl_tensor_set_name(tsl_new_tensor_2d(c, TSL_TYPE_F32, DR_TOK, DR_TOK), "kq_mask");
+    if (tsl_ctx_error(c)) {
+        if (err) snprintf(err->message, sizeof err->message, "model: %.200s", tsl_ctx_error(c));
+        drill_model_free(m);
+        return TSL_FAILED;
+    }
+    m->buf = tsl_buffer_alloc_ctx(be, c, err);
+    if (!m->buf) {
+        tsl_status st = err ? err->status : TSL_ALLOC_FAILED;
+        drill_model_free(m);
+        return st;
+    }
+    /* persistent before the uploads: the backend's host copy follows them */
+    tsl_buffer_set_persistent(m->buf, true);
+    tsl_status st = drill_model_fill(m, err);
+    if (st != TSL_SUCCESS) drill_model_free(m);
+    return st;
+}
+
+static tsl_tensor *drill_nm(tsl_tensor *t, int il, const char *what) {
+    if (!t) return NULL;
+    return il >= 0 ? tsl_tensor_format_name(t, "blk.%d.%s", il, what) : tsl_tensor_set_name(t, what);
+}
+
+/* The forward graph over m, every node named (the rules name them). */
+static bool drill_graph_build(drill_graph *G, const drill_model *m) {
+    memset(G, 0, sizeof *G);
+    G->ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
+    if (!G->ctx) return false;
+    tsl_context *c = G->ctx;
+    const float scale = 1.0f / sqrtf((float)DR_HDIM);
+    tsl_rope_params rp = tsl_rope_default(DR_HDIM);
+    tsl_tensor *x = drill_nm(tsl_get_rows(c, m->tok_embd, m->tokens), -1, "inp_embd");
+    for (int il = 0; il < DR_LAYERS; il++) {
+        const drill_layer *l = &m->l[il];
+        tsl_tensor *h = drill_nm(tsl_rms_norm(c, x, 1e-5f), il, "attn_rms");
+        h = drill_nm(tsl_mul(c, h, l->attn_norm), il, "attn_normed");
+        tsl_tensor *q = drill_nm(tsl_mul_mat(c, l->wq, h), il, "q");
+        tsl_tensor *k = drill_nm(tsl_mul_mat(c, l->wk, h), il, "k");
+        tsl_tensor *v = drill_nm(tsl_mul_mat(c, l->wv, h), il, "v");
+        q = drill_nm(tsl_reshape_3d(c, q, DR_HDIM, DR_HEAD, DR_TOK), il, "q3");
+        k = drill_nm(tsl_reshape_3d(c, k, DR_HDIM, DR_HEAD, DR_TOK), il, "k3");
+        q = drill_nm(tsl_rope(c, q, m->pos, NULL, &rp), il, "q_rope");
+        k = drill_nm(tsl_rope(c, k, m->pos, NULL, &rp), il, "k_rope");
+        tsl_tensor *Q = drill_nm(tsl_permute(c, q, 0, 2, 1, 3), il, "Q");
+        tsl_tensor *K = drill_nm(tsl_permute(c, k, 0, 2, 1, 3), il, "K");
+        tsl_tensor *kq = drill_nm(tsl_mul_mat(c, K, Q), il, "kq");
+        kq = drill_nm(tsl_soft_max(c, kq, m->mask, scale), il, "kq_soft_max");
+        v = drill_nm(tsl_reshape_3d(c, v, DR_HDIM, DR_HEAD, DR_TOK), il, "v3");
+        v = drill_nm(tsl_permute(c, v, 1, 2, 0, 3), il, "vT_view");
+        v = drill_nm(tsl_cont(c, v), il, "vT");
+        tsl_tensor *kqv = drill_nm(tsl_mul_mat(c, v, kq), il, "kqv");
+        kqv = drill_nm(tsl_permute(c, kqv, 0, 2, 1, 3), il, "kqv_perm");
+        kqv = drill_nm(tsl_cont(c, kqv), il, "kqv_cont");
+        kqv = drill_nm(tsl_reshape_2d(c, kqv, DR_EMBD, DR_TOK), il, "kqv_merged");
+        tsl_tensor *o = drill_nm(tsl_mul_mat(c, l->wo, kqv), il, "attn_out");
+        x = drill_nm(tsl_add(c, o, x), il, "ffn_inp");
+        h = drill_nm(tsl_rms_norm(c, x, 1e-5f), il, "ffn_rms");
+        h = drill_nm(tsl_mul(c, h, l->ffn_norm), il, "ffn_normed");
+        tsl_tensor *g = drill_nm(tsl_mul_mat(c, l->gate, h), il, "ffn_gate");
+        tsl_tensor *u = drill_nm(tsl_mul_mat(c, l->up, h), il, "ffn_up");
+        tsl_tensor *a = drill_nm(tsl_swiglu(c, g, u), il, "ffn_swiglu");
+        tsl_tensor *d = drill_nm(tsl_mul_mat(c, l->down, a), il, "ffn_out");
+        x = drill_nm(tsl_add(c, d, x), il, "l_out");
+    }
+    tsl_tensor *h = drill_nm(tsl_rms_norm(c, x, 1e-5f), -1, "result_rms");
+    h = drill_nm(tsl_mul(c, h, m->out_norm), -1, "result_norm");
+    G->out = drill_nm(tsl_mul_mat(c, m->output, h), -1, "result_output");
+    if (!G->out) return false;
+    G->g = tsl_graph_build(c, &G->out, 1);
+    return G->g != NULL;
+}
+
+static void drill_graph_free(drill_graph *G) {
+    tsl_ctx_free(G->ctx);
+    memset(G, 0, sizeof *G);
+}
+
+/* ---- one class, in its own process --------------------------------------------- */
+
+typedef struct drill {
+    drill_opts o;
+    const char *kind;  /* "cpu", "vulkan" */
+    tsl_fault_class cls;
+    tsl_backend *be;   /* the backend under test */
+    tsl_backend *fb;   /* the CPU fallback of the kernel rows */
+    drill_model m;
+    drill_graph g1;    /* computed directly on be */
+    tsl_gallocr *ga;
+    float *ref;        /* the fault-free output */
+    size_t ref_bytes;
+    FILE *detail;      /* per-row lines (-v) and failures */
+    int fd;            /* pipe to the parent, -1 in-process */
+    drill_counts c;
+    int n_skipped;     /* points that do not exist on this backend */
+} drill;
+
+/* Pipe messages: a plan (how many rows will come) and one per row. */
+typedef struct drill_msg {
+    int kind; /* 0: plan, 1: row */
+    int n, handled, wrong, leaked;
+} drill_msg;
+
+static void drill_send(drill *d, drill_msg msg) {
+    if (d->fd < 0) return;
+    const char *p = (const char *)&msg;
+    size_t left = sizeof msg;
+    while (left > 0) {
+        ssize_t w = write(d->fd, p, left);
+        if (w <= 0) return;
+        p += w;
+        left -= (size_t)w;
+    }
+}
+
+static void drill_plan(drill *d, int n) { drill_send(d, (drill_msg){.kind = 0, .n = n}); }
+
+static tsl_backend *drill_backend_new(const char *kind, int threads, tsl_error *err) {
+    if (!strcmp(kind, "cpu")) return tsl_backend_cpu_new(threads, err);
+#ifdef TSL_HAVE_VULKAN
+    if (!strcmp(kind, "vulkan")) return tsl_backend_vulkan_new(-1, err);
+#endif
+    if (err) {
+        tsl_error_clear(err);
+        err->status = TSL_FAILED;
+        snprintf(err->message, sizeof err->message, "%s backend not built", kind);
+    }
+    return NULL;
+}
+
+static int drill_live(const tsl_backend *be) { return tsl_backend_n_buffers(be, NULL); }
+
+static int drill_live_all(const drill *d) { return drill_live(d->be) + drill_live(d->fb); }
+
+static void drill_line(const tsl_error *e, char *buf, size_t n) {
+    if (e && e->status != TSL_SUCCESS)
+        tsl_error_format(e, buf, n);
+    else
+        snprintf(buf, n, "SUCCESS");
+}
+
+/* Record a reason the row is wrong (the first one is kept). */
+static void drill_why(char *why, size_t n, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void drill_why(char *why, size_t n, const char *fmt, ...) {
+    if (why[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+}
+
+static void drill_row(drill *d, const char *rule, const char *why, bool leaked, const tsl_error *e) {
+    bool ok = !why[0] && !leaked;
+    d->c.injected++;
+    if (ok) d->c.handled++;
+    if (why[0]) d->c.wrong++;
+    if (leaked) d->c.leaked++;
+    drill_send(d, (drill_msg){.kind = 1, .n = 1, .handled = ok, .wrong = why[0] != 0, .leaked = leaked});
+    if (ok && !d->o.verbose) return;
+    char line[700];
+    drill_line(e, line, sizeof line);
+    if (ok)
+        fprintf(d->detail, "  %-6s %-44s ok: %s\n", tsl_fault_class_name(d->cls), rule, line);
+    else
+        fprintf(d->detail, "  %-6s %-44s %s: %s%s%s\n    record: %s\n", tsl_fault_class_name(d->cls), rule,
+                why[0] ? "WRONG" : "LEAKED", why, why[0] && leaked ? "; " : "", leaked ? "buffers leaked" : "",
+                line);
+}
+
+/* Allocate g1 with the graph allocator and compute it on be. */
+static tsl_status drill_direct(drill *d, tsl_error *e) {
+    tsl_status st = tsl_gallocr_alloc_graph(d->ga, d->g1.g, e);
+    if (st != TSL_SUCCESS) return st;
+    return tsl_backend_graph_compute(d->be, d->g1.g, e);
+}
+
+/* Does out hold the reference? Says why not in why. */
+static bool drill_same(drill *d, const tsl_tensor *out, char *why, size_t n) {
+    size_t nb = tsl_nbytes(out);
+    if (nb != d->ref_bytes) {
+        drill_why(why, n, "output has %zu bytes, the reference %zu", nb, d->ref_bytes);
+        return false;
+    }
+    float *r = malloc(nb);
+    tsl_error e;
+    bool same = r && tsl_tensor_get(out, r, 0, nb, &e) == TSL_SUCCESS;
+    if (!same) {
+        drill_why(why, n, "could not read the output: %s", r ? e.message : "out of memory");
+    } else if (memcmp(r, d->ref, nb) != 0) {
+        size_t bad = 0, first = 0, cnt = nb / sizeof(float);
+        for (size_t i = cnt; i-- > 0;)
+            if (memcmp(&r[i], &d->ref[i], sizeof(float)) != 0) bad++, first = i;
+        drill_why(why, n, "wrong result: %zu of %zu values differ from the fault-free run (first at %zu: %g, not %g)",
+                  bad, cnt, first, (double)r[first], (double)d->ref[first]);
+        same = false;
+    }
+    free(r);
+    return same;
+}
+
+/* After a row: the next compute is clean and right. */
+static void drill_check_next(drill *d, char *why, size_t n) {
+    tsl_error e;
+    tsl_error_clear(&e);
+    tsl_status st = drill_direct(d, &e);
+    if (st != TSL_SUCCESS) {
+        char line[600];
+        drill_line(&e, line, sizeof line);
+        drill_why(why, n, "the next compute failed: %s", line);
+        return;
+    }
+    drill_same(d, d->g1.out, why, n);
+}
+
+static bool drill_is_compute(const tsl_tensor *t) { return !tsl_op_is_view(t->op) && t->op != TSL_OP_NONE; }
+
+/* A point that turned out not to exist on this backend: the rule did not
+ * fire and the compute succeeded (a GPU asks the abort callback between
+ * command buffers only, not between every two nodes). Not counted. */
+static void drill_skip(drill *d, const char *rule, const char *why) {
+    if (d->o.verbose) fprintf(d->detail, "  %-6s %-44s skipped: %s\n", tsl_fault_class_name(d->cls), rule, why);
+    d->n_skipped++;
+    drill_send(d, (drill_msg){.kind = 0, .n = -1});
+}
+
+/* One row on the graph computed directly on be: inject, compute, check
+ * status and record, check the next compute and the buffers. want_node -1
+ * and NULL strings check nothing. An optional point that does not fire is
+ * skipped (drill_skip). */
+static void drill_direct_row(drill *d, const char *rule, tsl_status want, int want_node, const char *want_tensor,
+                             bool optional) {
+    char why[512] = "";
+    int live0 = drill_live_all(d);
+    uint64_t fired0 = tsl_backend_injected(d->be, d->cls);
+    tsl_error e;
+    tsl_error_clear(&e);
+    if (tsl_backend_inject(d->be, rule, &e) != TSL_SUCCESS) {
+        drill_why(why, sizeof why, "the rule was refused: %s", e.message);
+    } else {
+        tsl_status st = drill_direct(d, &e);
+        uint64_t fired = tsl_backend_injected(d->be, d->cls) - fired0;
+        tsl_backend_inject_clear(d->be);
+        if (optional && fired == 0 && st == TSL_SUCCESS) {
+            drill_skip(d, rule, "not an injection point on this backend");
+            return;
+        }
+        if (fired != 1) drill_why(why, sizeof why, "the fault fired %llu times, not once", (unsigned long long)fired);
+        if (st != want)
+            drill_why(why, sizeof why, "status %s, expected %s", tsl_status_str(st), tsl_status_str(want));
+        if (want_node >= 0 && e.node != want_node)
+            drill_why(why, sizeof why, "the record names node %d, not %d", e.node, want_node);
+        if (want_tensor && strcmp(e.tensor, want_tensor) != 0)
+            drill_why(why, sizeof why, "the record names tensor '%s', not '%s'", e.tensor, want_tensor);
+        if (!e.backend[0]) drill_why(why, sizeof why, "the record names no backend");
+        if (d->cls == TSL_FAULT_LOST && st == TSL_DEVICE_LOST) {
+            /* latched: the next compute refuses at once with the original cause */
+            tsl_error e2;
+            tsl_error_clear(&e2);
+            if (!tsl_backend_is_lost(d->be)) drill_why(why, sizeof why, "the loss did not latch");
+            tsl_status s2 = tsl_backend_graph_compute(d->be, d->g1.g, &e2);
+            if (s2 != TSL_DEVICE_LOST)
+                drill_why(why, sizeof why, "the compute after the loss returned %s", tsl_status_str(s2));
+            else if (strcmp(e2.message, e.message) != 0)
+                drill_why(why, sizeof why, "the compute after the loss does not carry the original cause");
+            s2 = tsl_backend_recover(d->be, &e2);
+            if (s2 != TSL_SUCCESS) drill_why(why, sizeof why, "recover returned %s: %s", tsl_status_str(s2), e2.message);
+        }
+        if (tsl_backend_is_lost(d->be)) drill_why(why, sizeof why, "the backend is still lost");
+        drill_check_next(d, why, sizeof why);
+    }
+    tsl_backend_inject_clear(d->be);
+    drill_row(d, rule, why, drill_live_all(d) != live0, &e);
+}
+
+/* At most DR_QUICK_POINTS of n points with --quick: first, middle, last. */
+static bool drill_pick(const drill *d, int k, int n) {
+    if (!d->o.quick || n <= DR_QUICK_POINTS) return true;
+    return k == 0 || k == n - 1 || k == n / 2;
+}
+
+static int drill_count_picks(const drill *d, int n) {
+    int c = 0;
+    for (int k = 0; k < n; k++) c += drill_pick(d, k, n);
+    return c;
+}
+
+static void drill_retry(drill *d) {
+    drill_plan(d, 1);
+    drill_direct_row(d, "retry@times=1", TSL_RETRY, -1, NULL, false);
+}
+
+static void drill_lost(drill *d) {
+    drill_plan(d, 1);
+    drill_direct_row(d, "lost@times=1", TSL_DEVICE_LOST, -1, NULL, false);
+}
+
+static void drill_abort(drill *d) {
+    const tsl_graph *g = d->g1.g;
+    int n = 0, first = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (drill_is_compute(g->nodes[i])) {
+            if (first < 0)
+                first = i; /* asked between nodes: nothing before the first */
+            else
+                n++;
+        }
+    drill_plan(d, drill_count_picks(d, n));
+    char rule[96];
+    for (int i = first + 1, k = 0; i < g->n_nodes; i++) {
+        if (!drill_is_compute(g->nodes[i])) continue;
+        if (drill_pick(d, k++, n)) {
+            snprintf(rule, sizeof rule, "abort@node=%d,times=1", i);
+            drill_direct_row(d, rule, TSL_ABORTED, i, NULL, true);
+        }
+    }
+}
+
+static void drill_nobuf(drill *d) {
+    const tsl_graph *g = d->g1.g;
+    int nn = 0;
+    for (int i = 0; i < g->n_nodes; i++) nn += drill_is_compute(g->nodes[i]);
+    drill_plan(d, drill_count_picks(d, nn) + drill_count_picks(d, g->n_leafs));
+    char rule[160];
+    for (int i = 0, k = 0; i < g->n_nodes; i++) {
+        const tsl_tensor *t = g->nodes[i];
+        if (!drill_is_compute(t) || !drill_pick(d, k++, nn)) continue;
+        snprintf(rule, sizeof rule, "nobuf@tensor=%s,times=1", t->name);
+        drill_direct_row(d, rule, TSL_FAILED, i, t->name, false);
+    }
+    /* leafs: weights and inputs, missing at their first reader */
+    for (int j = 0; j < g->n_leafs; j++) {
+        const tsl_tensor *w = g->leafs[j];
+        if (!drill_pick(d, j, g->n_leafs)) continue;
+        int reader = -1;
+        for (int i = 0; i < g->n_nodes && reader < 0; i++)
+            for (int s = 0; s < TSL_MAX_SRC; s++)
+                if (g->nodes[i]->src[s] == w) reader = i;
+        snprintf(rule, sizeof rule, "nobuf@tensor=%s,times=1", w->name);
+        drill_direct_row(d, rule, TSL_FAILED, reader, w->name, false);
+    }
+}
+
+/* A fresh backend of the kind under test, a model and a graph on it: for
+ * allocations that happen once per backend. */
+typedef struct drill_fresh {
+    tsl_backend *be;
+    drill_model m;
+    drill_graph g;
+    tsl_gallocr *ga;
+} drill_fresh;
+
+static void drill_fresh_free(drill_fresh *f) {
+    tsl_gallocr_free(f->ga);
+    drill_graph_free(&f->g);
+    drill_model_free(&f->m);
+    tsl_backend_free(f->be);
+    memset(f, 0, sizeof *f);
+}
+
+static void drill_alloc(drill *d) {
+    drill_plan(d, 3);
+    char rule[96], why[512];
+    tsl_error e, e2;
+
+    /* 1. the weights buffer */
+    why[0] = 0;
+    tsl_error_clear(&e);
+    int live0 = drill_live_all(d);
+    uint64_t fired0 = tsl_backend_injected(d->be, TSL_FAULT_ALLOC);
+    snprintf(rule, sizeof rule, "alloc@bytes=%zu,times=1", tsl_buffer_size(d->m.buf));
+    if (tsl_backend_inject(d->be, rule, &e) != TSL_SUCCESS) drill_why(why, sizeof why, "rule refused: %s", e.message);
+    drill_model m2;
+    tsl_status st = why[0] ? TSL_FAILED : drill_model_new(&m2, d->be, &e);
+    tsl_backend_inject_clear(d->be);
+    if (st == TSL_SUCCESS) drill_model_free(&m2);
+    if (!why[0]) {
+        if (tsl_backend_injected(d->be, TSL_FAULT_ALLOC) - fired0 != 1)
+            drill_why(why, sizeof why, "the fault did not fire once");
+        if (st != TSL_ALLOC_FAILED)
+            drill_why(why, sizeof why, "status %s, expected ALLOC_FAILED", tsl_status_str(st));
+        drill_graph g2;
+        memset(&g2, 0, sizeof g2);
+        tsl_gallocr *ga2 = tsl_gallocr_new(d->be);
+        tsl_error_clear(&e2);
+        st = drill_model_new(&m2, d->be, &e2);
+        if (st != TSL_SUCCESS) {
+            drill_why(why, sizeof why, "the next model allocation failed: %s", e2.message);
+        } else {
+            if (!ga2 || !drill_graph_build(&g2, &m2))
+                drill_why(why, sizeof why, "could not build the graph");
+            else if ((st = tsl_gallocr_alloc_graph(ga2, g2.g, &e2)) != TSL_SUCCESS ||
+                     (st = tsl_backend_graph_compute(d->be, g2.g, &e2)) != TSL_SUCCESS)
+                drill_why(why, sizeof why, "the next compute failed: %s", e2.message);
+            else
+                drill_same(d, g2.out, why, sizeof why);
+            drill_graph_free(&g2);
+            drill_model_free(&m2);
+        }
+        tsl_gallocr_free(ga2);
+    }
+    drill_row(d, rule, why, drill_live_all(d) != live0, &e);
+
+    /* 2. the graph allocator's buffer */
+    why[0] = 0;
+    tsl_error_clear(&e);
+    live0 = drill_live_all(d);
+    fired0 = tsl_backend_injected(d->be, TSL_FAULT_ALLOC);
+    snprintf(rule, sizeof rule, "alloc@bytes=%zu,times=1", tsl_gallocr_peak(d->ga));
+    drill_graph g2;
+    memset(&g2, 0, sizeof g2);
+    tsl_gallocr *ga2 = tsl_gallocr_new(d->be);
+    if (!ga2 || !drill_graph_build(&g2, &d->m)) {
+        drill_why(why, sizeof why, "could not build the graph");
+    } else if (tsl_backend_inject(d->be, rule, &e) != TSL_SUCCESS) {
+        drill_why(why, sizeof why, "rule refused: %s", e.message);
+    } else {
+        st = tsl_gallocr_alloc_graph(ga2, g2.g, &e);
+        tsl_backend_inject_clear(d->be);
+        if (tsl_backend_injected(d->be, TSL_FAULT_ALLOC) - fired0 != 1)
+            drill_why(why, sizeof why, "the fault did not fire once");
+        if (st != TSL_ALLOC_FAILED)
+            drill_why(why, sizeof why, "status %s, expected ALLOC_FAILED", tsl_status_str(st));
+        tsl_error_clear(&e2);
+        if ((st = tsl_gallocr_alloc_graph(ga2, g2.g, &e2)) != TSL_SUCCESS ||
+            (st = tsl_backend_graph_compute(d->be, g2.g, &e2)) != TSL_SUCCESS)
+            drill_why(why, sizeof why, "the next compute failed: %s", e2.message);
+        else
+            drill_same(d, g2.out, why, sizeof why);
+    }
+    tsl_backend_inject_clear(d->be);
+    tsl_gallocr_free(ga2);
+    drill_graph_free(&g2);
+    drill_row(d, rule, why, drill_live_all(d) != live0, &e);
+
+    /* 3. the first allocation inside a compute (the CPU's scratch): on a
+     * fresh backend, where the first compute has to make it */
+    why[0] = 0;
+    tsl_error_clear(&e);
+    snprintf(rule, sizeof rule, "alloc@compute=1,times=1");
+    drill_fresh f;
+    memset(&f, 0, sizeof f);
+    f.be = drill_backend_new(d->kind, d->o.threads, &e);
+    bool leaked = false;
+    if (!f.be || drill_model_new(&f.m, f.be, &e) != TSL_SUCCESS || !drill_graph_build(&f.g, &f.m) ||
+        !(f.ga = tsl_gallocr_new(f.be)) || tsl_gallocr_alloc_graph(f.ga, f.g.g, &e) != TSL_SUCCESS) {
+        drill_why(why, sizeof why, "could not set up a fresh backend: %s", e.message);
+    } else if (tsl_backend_inject(f.be, rule, &e) != TSL_SUCCESS) {
+        drill_why(why, sizeof why, "rule refused: %s", e.message);
+    } else {
+        st = tsl_backend_graph_compute(f.be, f.g.g, &e);
+        tsl_backend_inject_clear(f.be);
+        uint64_t fired = tsl_backend_injected(f.be, TSL_FAULT_ALLOC);
+        if (fired == 0 && st == TSL_SUCCESS) {
+            drill_fresh_free(&f);
+            drill_skip(d, rule, "this backend allocates nothing inside a compute");
+            return;
+        }
+        if (fired != 1) drill_why(why, sizeof why, "the fault fired %llu times, not once", (unsigned long long)fired);
+        if (st != TSL_ALLOC_FAILED)
+            drill_why(why, sizeof why, "status %s, expected ALLOC_FAILED", tsl_status_str(st));
+        tsl_error_clear(&e2);
+        if ((st = tsl_gallocr_alloc_graph(f.ga, f.g.g, &e2)) != TSL_SUCCESS ||
+            (st = tsl_backend_graph_compute(f.be, f.g.g, &e2)) != TSL_SUCCESS)
+            drill_why(why, sizeof why, "the next compute failed: %s", e2.message);
+        else
+            drill_same(d, f.g.out, why, sizeof why);
+    }
+    if (f.be) {
+        tsl_gallocr_free(f.ga);
+        f.ga = NULL;
+        drill_graph_free(&f.g);
+        drill_model_free(&f.m);
+        leaked = drill_live(f.be) != 0;
+    }
+    drill_fresh_free(&f);
+    drill_row(d, rule, why, leaked, &e);
+}
+
+/* Kernel names the graph uses, and the first node needing each: inject a
+ * kernel fault at each compute node in turn and read the record. */
+static int drill_find_kernels(drill *d, char (*names)[64], int *first) {
+    const tsl_graph *g = d->g1.g;
+    int n = 0;
+    char rule[160];
+    for (int i = 0; i < g->n_nodes && n < DR_MAX_KERNELS; i++) {
+        if (!drill_is_compute(g->nodes[i])) continue;
+        snprintf(rule, sizeof rule, "kernel@tensor=%s,times=1", g->nodes[i]->name);
+        tsl_error e;
+        tsl_error_clear(&e);
+        uint64_t fired0 = tsl_backend_injected(d->be, TSL_FAULT_KERNEL);
+        tsl_status st = tsl_backend_inject(d->be, rule, &e);
+        if (st == TSL_SUCCESS) st = drill_direct(d, &e);
+        tsl_backend_inject_clear(d->be);
+        bool fired = tsl_backend_injected(d->be, TSL_FAULT_KERNEL) != fired0;
+        tsl_error r;
+        tsl_backend_recover(d->be, &r); /* forget the failure: kernels are rebuilt */
+        /* a backend that builds a kernel once per compute built this node's
+         * kernel at an earlier node, whose probe named it already */
+        if (!fired && st == TSL_SUCCESS) continue;
+        if (st != TSL_FAILED || !e.kernel[0]) {
+            char line[600];
+            drill_line(&e, line, sizeof line);
+            fprintf(d->detail, "  kernel %-44s could not learn the kernel of node %d: %s\n", rule, i, line);
+            return -1;
+        }
+        bool seen = false;
+        for (int k = 0; k < n && !seen; k++) seen = strcmp(names[k], e.kernel) == 0;
+        if (seen) continue;
+        snprintf(names[n], 64, "%s", e.kernel);
+        first[n++] = i;
+    }
+    return n;
+}
+
+static void drill_kernel(drill *d) {
+    char names[DR_MAX_KERNELS][64];
+    int first[DR_MAX_KERNELS];
+    int n = drill_find_kernels(d, names, first);
+    drill_graph g2;
+    memset(&g2, 0, sizeof g2);
+    tsl_sched *s = NULL;
+    tsl_error e;
+    tsl_error_clear(&e);
+    char why[512] = "";
+    if (n > 0 && drill_graph_build(&g2, &d->m)) {
+        tsl_backend *list[2] = {d->be, d->fb};
+        s = tsl_sched_new(list, 2, (tsl_sched_params){0}, &e);
+        /* warm up: the scheduler's own buffers exist before the first row,
+         * and its result is the reference */
+        if (s && (tsl_sched_compute(s, g2.g, &e) != TSL_SUCCESS || !drill_same(d, g2.out, why, sizeof why))) {
+            tsl_sched_free(s);
+            s = NULL;
+        }
+        if (!s) drill_graph_free(&g2);
+    }
+    if (!s) {
+        /* counted as one wrong row: the class could not run */
+        drill_plan(d, 1);
+        drill_why(why, sizeof why, "%s", n <= 0 ? "no kernel names found" : "the scheduler's clean compute failed");
+        drill_row(d, "kernel", why, false, &e);
+        return;
+    }
+    int picks = drill_count_picks(d, n);
+    drill_plan(d, picks);
+    char rule[128];
+    for (int k = 0; k < n; k++) {
+        if (!drill_pick(d, k, n)) continue;
+        why[0] = 0;
+        tsl_error_clear(&e);
+        snprintf(rule, sizeof rule, "kernel@name=%s,times=1", names[k]);
+        int live0 = drill_live_all(d);
+        uint64_t fired0 = tsl_backend_injected(d->be, TSL_FAULT_KERNEL);
+        tsl_error r;
+        tsl_backend_recover(d->be, &r); /* built kernels are dropped: the next use builds */
+        tsl_status st = tsl_backend_inject(d->be, rule, &e);
+        if (st == TSL_SUCCESS) st = tsl_sched_compute(s, g2.g, &e);
+        tsl_backend_inject_clear(d->be);
+        if (tsl_backend_injected(d->be, TSL_FAULT_KERNEL) - fired0 != 1)
+            drill_why(why, sizeof why, "the fault did not fire once");
+        if (st != TSL_FAILED) drill_why(why, sizeof why, "status %s, expected FAILED", tsl_status_str(st));
+        if (strcmp(e.kernel, names[k]) != 0)
+            drill_why(why, sizeof why, "the record names kernel '%s', not '%s'", e.kernel, names[k]);
+        if (e.node != first[k]) drill_why(why, sizeof why, "the record names node %d, not %d", e.node, first[k]);
+        if (e.split < 0 || tsl_sched_split_backend(s, e.split, NULL, NULL) != d->be)
+            drill_why(why, sizeof why, "the record names split %d, not a split of the backend under test", e.split);
+        /* the failure is cached: the next compute runs those ops on the fallback */
+        tsl_error e2;
+        tsl_error_clear(&e2);
+        st = tsl_sched_compute(s, g2.g, &e2);
+        if (st != TSL_SUCCESS) {
+            char line[600];
+            drill_line(&e2, line, sizeof line);
+            drill_why(why, sizeof why, "the next compute through the scheduler failed: %s", line);
+        } else {
+            int fn = -1, nn = 0;
+            for (int sp = 0; sp < tsl_sched_n_splits(s); sp++) {
+                tsl_backend *b = tsl_sched_split_backend(s, sp, &fn, &nn);
+                if (first[k] >= fn && first[k] < fn + nn && b != d->fb)
+                    drill_why(why, sizeof why, "node %d did not move to the fallback", first[k]);
+            }
+            drill_same(d, g2.out, why, sizeof why);
+        }
+        if (tsl_backend_recover(d->be, &r) != TSL_SUCCESS) /* forgets the failure */
+            drill_why(why, sizeof why, "recover failed: %s", r.message);
+        drill_row(d, rule, why, drill_live_all(d) != live0, &e);
+    }
+    tsl_sched_free(s);
+    drill_graph_free(&g2);
+}
+
+/* Free everything; returns how many buffers were still alive once the
+ * drill's own were freed (each is a leak). */
+static int drill_teardown(drill *d) {
+    tsl_gallocr_free(d->ga);
+    drill_graph_free(&d->g1);
+    drill_model_free(&d->m);
+    int left = drill_live(d->be) + drill_live(d->fb);
+    if (left > 0) return left; /* freeing a backend with live buffers is refused */
+    tsl_backend_free(d->fb);
+    tsl_backend_free(d->be);
+    free(d->ref);
+    d->ga = NULL;
+    d->fb = d->be = NULL;
+    d->ref = NULL;
+    return 0;
+}
+
+/* Backends, model, graph and the fault-free reference. */
+static bool drill_setup(drill *d) {
+    tsl_error e;
+    tsl_error_clear(&e);
+    d->be = drill_backend_new(d->kind, d->o.threads, &e);
+    if (!d->be) goto fail;
+    d->fb = tsl_backend_cpu_new(d->o.threads, &e);
+    if (!d->fb) goto fail;
+    if (drill_model_new(&d->m, d->be, &e) != TSL_SUCCESS) goto fail;
+    if (!drill_graph_build(&d->g1, &d->m)) {
+        snprintf(e.message, sizeof e.message, "graph: %.200s", tsl_ctx_error(d->g1.ctx));
+        goto fail;
+    }
+    d->ga = tsl_gallocr_new(d->be);
+    if (!d->ga || drill_direct(d, &e) != TSL_SUCCESS) goto fail;
+    d->ref_bytes = tsl_nbytes(d->g1.out);
+    d->ref = malloc(d->ref_bytes);
+    if (!d->ref || tsl_tensor_get(d->g1.out, d->ref, 0, d->ref_bytes, &e) != TSL_SUCCESS) goto fail;
+    for (size_t i = 0; i < d->ref_bytes / sizeof(float); i++)
+        if (!isfinite(d->ref[i])) {
+            snprintf(e.message, sizeof e.message, "the fault-free output is not finite at %zu", i);
+            goto fail;
+        }
+    return true;
+fail:;
+    char line[700];
+    drill_line(&e, line, sizeof line);
+    fprintf(stderr, "tensile drill: %s: the fault-free setup failed: %s\n", d->kind, line);
+    drill_teardown(d);
+    return false;
+}
+
+static void (*const DRILL_CLASS_FN[TSL_FAULT_CLASS_COUNT])(drill *) = {
+    [TSL_FAULT_RETRY] = drill_retry, [TSL_FAULT_LOST] = drill_lost,   [TSL_FAULT_NOBUF] = drill_nobuf,
+    [TSL_FAULT_KERNEL] = drill_kernel, [TSL_FAULT_ALLOC] = drill_alloc, [TSL_FAULT_ABORT] = drill_abort,
+};
+
+/* Run one class here. Returns false if the setup failed. */
+static bool drill_class_run(const drill_opts *o, const char *kind, tsl_fault_class cls, int fd, drill_counts *out) {
+    drill d;
+    memset(&d, 0, sizeof d);
+    d.o = *o;
+    d.kind = kind;
+    d.cls = cls;
+    d.fd = fd;
+    d.detail = o->json ? stderr : stdout;
+    if (!drill_setup(&d)) return false;
+    DRILL_CLASS_FN[cls](&d);
+    if (d.c.injected == 0) {
+        /* every point was skipped: the injection site itself is broken */
+        char why[128];
+        snprintf(why, sizeof why, "no injection point of this class fired (%d skipped)", d.n_skipped);
+        drill_row(&d, tsl_fault_class_name(cls), why, false, NULL);
+    }
+    int left = drill_teardown(&d);
+    if (left > 0) {
+        fprintf(d.detail, "  %s: %d buffer(s) still alive after the drill freed its own\n",
+                tsl_fault_class_name(cls), left);
+        d.c.leaked++;
+        drill_send(&d, (drill_msg){.kind = 1, .n = 0, .leaked = 1});
+    }
+    fflush(d.detail);
+    *out = d.c;
+    return true;
+}
+
+/* LeakSanitizer, when the build has it: check for leaks before the child
+ * exits, so a leak is told apart from a sanitizer's report of a crash (both
+ * would otherwise end the process with the same status). */
+#if defined(__GNUC__)
+extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+#endif
+#define DRILL_EXIT_SETUP 3
+#define DRILL_EXIT_LEAKS 4
+
+static bool drill_heap_leaked(void) {
+#if defined(__GNUC__)
+    if (__lsan_do_recoverable_leak_check) return __lsan_do_recoverable_leak_check() != 0;
+#endif
+    return false;
+}
+
+/* Run one class in a child process; a crash there is counted, not fatal. */
+static void drill_class_fork(const drill_opts *o, const char *kind, tsl_fault_class cls, drill_counts *out) {
+    memset(out, 0, sizeof *out);
+    int p[2];
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = pipe(p) == 0 ? fork() : -1;
+    if (pid < 0) {
+        /* no process of its own: run it here */
+        if (!drill_class_run(o, kind, cls, -1, out)) out->injected = out->wrong = 1;
+        return;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        /* a closed stdout (`| head`) is not a crash of the drill */
+        signal(SIGPIPE, SIG_IGN);
+        drill_counts c;
+        bool ok = drill_class_run(o, kind, cls, p[1], &c);
+        close(p[1]);
+        tsl_log_set(NULL, NULL);
+        fflush(stdout);
+        fflush(stderr);
+        if (drill_heap_leaked()) _exit(DRILL_EXIT_LEAKS); /* reported; skip the check at exit */
+        exit(ok ? 0 : DRILL_EXIT_SETUP);
+    }
+    close(p[1]);
+    int planned = -1, got = 0;
+    drill_msg m;
+    size_t have = 0;
+    for (;;) {
+        ssize_t r = read(p[0], (char *)&m + have, sizeof m - have);
+        if (r <= 0) break;
+        have += (size_t)r;
+        if (have < sizeof m) continue;
+        have = 0;
+        if (m.kind == 0) {
+            if (m.n >= 0)
+                planned = (planned < 0 ? 0 : planned) + m.n;
+            else
+                planned += m.n; /* a point that turned out not to exist */
+            continue;
+        }
+        got += m.n;
+        out->injected += m.n;
+        out->handled += m.handled;
+        out->wrong += m.wrong;
+        out->leaked += m.leaked;
+    }
+    close(p[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+    }
+    int missing = planned > got ? planned - got : 0;
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        out->crashed += missing > 0 ? missing : 1;
+        out->injected += missing > 0 ? missing : 1;
+        fprintf(stderr, "tensile drill: %s %s: the drill process died of signal %d (%s) after %d of %d rows\n",
+                kind, tsl_fault_class_name(cls), sig, strsignal(sig), got, planned);
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+        int code = WEXITSTATUS(status);
+        int n = missing > 0 ? missing : 1;
+        if (code == DRILL_EXIT_SETUP) {
+            out->wrong += n; /* setup failed; said why */
+            out->injected += n;
+        } else if ((code == DRILL_EXIT_LEAKS || code == 23) && missing == 0) {
+            out->leaked += 1; /* the leak checker's report is above */
+            fprintf(stderr, "tensile drill: %s %s: the leak checker found heap leaks\n", kind,
+                    tsl_fault_class_name(cls));
+        } else {
+            out->crashed += n;
+            out->injected += missing;
+            fprintf(stderr, "tensile drill: %s %s: the drill process ended with status %d after %d of %d rows\n",
+                    kind, tsl_fault_class_name(cls), code, got, planned);
+        }
+    }
+}
+
+/* ---- the command ------------------------------------------------------------------ */
+
+static void drill_json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+/* The library logs every injected fault as it would a real one; the drill
+ * reports each row itself, so those lines only show with -v. */
+static void drill_log(tsl_log_level level, const char *line, void *user) {
+    fprintf((FILE *)user, "    log: %s\n", line);
+}
+
+static void drill_log_quiet(tsl_log_level level, const char *line, void *user) {}
+
+static int drill_usage(FILE *f) {
+    fprintf(f,
+            "usage: tensile drill [--backend cpu|vulkan|all] [--json] [--quick] [-v] [--threads N]\n"
+            "  inject every fault class at every injection point of a small llama-shaped graph and\n"
+            "  check status, record, the next result (bit for bit) and buffers; one row per class.\n"
+            "  --backend B  cpu (default), vulkan, or all backends built\n"
+            "  --json       one JSON object per class and one summary object\n"
+            "  --quick      at most %d injection points per list\n"
+            "  -v           a line per injection\n"
+            "  --threads N  CPU threads (default 2)\n"
+            "exit: 0 when every injection was handled, 1 otherwise, 2 usage or backend not built\n",
+            DR_QUICK_POINTS);
+    return 2;
+}
+
+static bool drill_kind_built(const char *kind) {
+    if (!strcmp(kind, "cpu")) return true;
+#ifdef TSL_HAVE_VULKAN
+    if (!strcmp(kind, "vulkan")) return true;
+#endif
+    return false;
+}
+
+int cmd_drill(int argc, char **argv) {
+    drill_opts o = {.backend = "cpu", .threads = 2};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+            o.backend = argv[++i];
+        else if (!strcmp(argv[i], "--json"))
+            o.json = true;
+        else if (!strcmp(argv[i], "--quick"))
+            o.quick = true;
+        else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose"))
+            o.verbose = true;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            o.threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            drill_usage(stdout);
+            return 0;
+        } else
+            return drill_usage(stderr);
+    }
+    if (o.threads < 1) o.threads = 1;
+    const char *kinds[2];
+    int n_kinds = 0;
+    if (!strcmp(o.backend, "all")) {
+        kinds[n_kinds++] = "cpu";
+#ifdef TSL_HAVE_VULKAN
+        if (tsl_vulkan_device_count() > 0)
+            kinds[n_kinds++] = "vulkan";
+        else
+            fprintf(stderr, "tensile drill: vulkan is built but no Vulkan device was found; skipping it\n");
+#endif
+    } else if (!strcmp(o.backend, "cpu") || !strcmp(o.backend, "vulkan")) {
+        if (!drill_kind_built(o.backend)) {
+            fprintf(stderr, "tensile drill: %s backend not built\n", o.backend);
+            return 2;
+        }
+        kinds[n_kinds++] = o.backend;
+    } else {
+        fprintf(stderr, "tensile drill: unknown backend '%s' (cpu, vulkan, all)\n", o.backend);
+        return 2;
+    }
+    if (getenv("TSL_FAULT")) {
+        fprintf(stderr, "tensile drill: ignoring TSL_FAULT: the drill injects its own faults\n");
+        unsetenv("TSL_FAULT");
+    }
+
+    if (o.verbose)
+        tsl_log_set(drill_log, o.json ? stderr : stdout);
+    else
+        tsl_log_set(drill_log_quiet, NULL);
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    drill_counts total = {0};
+    if (!o.json) printf("%-8s %-7s %9s %8s %8s %6s %7s\n", "backend", "class", "injected", "handled", "crashed",
+                        "wrong", "leaked");
+    for (int b = 0; b < n_kinds; b++) {
+        for (int c = 0; c < TSL_FAULT_CLASS_COUNT; c++) {
+            drill_counts r;
+            drill_class_fork(&o, kinds[b], (tsl_fault_class)c, &r);
+            total.injected += r.injected;
+            total.handled += r.handled;
+            total.crashed += r.crashed;
+            total.wrong += r.wrong;
+            total.leaked += r.leaked;
+            if (o.json) {
+                printf("{\"backend\":");
+                drill_json_str(kinds[b]);
+                printf(",\"class\":");
+                drill_json_str(tsl_fault_class_name((tsl_fault_class)c));
+                printf(",\"injected\":%d,\"handled\":%d,\"crashed\":%d,\"wrong\":%d,\"leaked\":%d}\n", r.injected,
+                       r.handled, r.crashed, r.wrong, r.leaked);
+            } else {
+                printf("%-8s %-7s %9d %8d %8d %6d %7d\n", kinds[b], tsl_fault_class_name((tsl_fault_class)c),
+                       r.injected, r.handled, r.crashed, r.wrong, r.leaked);
+            }
+            fflush(stdout);
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    char line[200];
+    snprintf(line, sizeof line, "drills: %d injected, %d handled, %d crashed, %d wrong results, %d leaked",
+             total.injected, total.handled, total.crashed, total.wrong, total.leaked);
+    bool ok = total.injected > 0 && total.handled == total.injected && total.crashed == 0 && total.wrong == 0 &&
+              total.leaked == 0;
+    if (o.json) {
+        printf("{\"summary\":");
+        drill_json_str(line);
+        printf(",\"injected\":%d,\"handled\":%d,\"crashed\":%d,\"wrong\":%d,\"leaked\":%d,\"seconds\":%.3f,"
+               "\"ok\":%s}\n",
+               total.injected, total.handled, total.crashed, total.wrong, total.leaked, secs, ok ? "true" : "false");
+    } else {
+        printf("%s\n", line);
+    }
+    fflush(stdout);
+    tsl_log_set(NULL, NULL);
+    return ok ? 0 : 1;
+}
