@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "backend/backend_impl.h"
+#include "cli.h"
 #include "commands.h"
 #include "tensile/backend.h"
 
@@ -113,18 +114,7 @@ static void bench_json_num(const char *key, double v, bool last) {
         printf("\"%s\":null%s", key, last ? "" : ",");
 }
 
-static void bench_json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", *s);
-        else
-            putchar(*s);
-    }
-    putchar('"');
-}
+static void bench_json_str(const char *s) { cli_json_str(stdout, s, strlen(s)); }
 
 static void bench_emit(bench_state *st, bench_row *r) {
     if (r->error[0]) {
@@ -647,26 +637,6 @@ static void bench_bw_op(bench_state *st, int which, size_t bytes) {
 
 /* ---- command ----------------------------------------------------------------- */
 
-/* The L3 this machine reports for cpu0: sysfs first (a VM's sysfs says what
- * the guest gets; the CPUID figure that sysconf reads can be the whole host
- * socket's), then sysconf, then 32 MiB. */
-static size_t bench_l3_bytes(void) {
-    long v = -1;
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    if (f) {
-        char buf[32] = {0};
-        if (fgets(buf, sizeof buf, f)) {
-            char *end;
-            long k = strtol(buf, &end, 10);
-            if (k > 0) v = *end == 'M' ? k << 20 : *end == 'K' ? k << 10 : k;
-        }
-        fclose(f);
-    }
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    if (v <= 0) v = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-    return v > 0 ? (size_t)v : (size_t)32 << 20;
-}
 
 
 /* The cost of the fault contract's per-compute checks: the resolve pass
@@ -805,7 +775,7 @@ int cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
-    st.o.l3 = bench_l3_bytes();
+    st.o.l3 = cli_l3_bytes();
 
     tsl_error err;
     st.be = tsl_backend_cpu_new(st.o.threads, &err);

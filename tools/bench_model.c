@@ -47,20 +47,6 @@ static void *bm_copy_worker(void *arg) {
     return NULL;
 }
 
-static size_t bm_l3_bytes(void) {
-    long v = -1;
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    if (f) {
-        char buf[32] = {0};
-        if (fgets(buf, sizeof buf, f)) {
-            char *end;
-            long k = strtol(buf, &end, 10);
-            if (k > 0) v = *end == 'M' ? k << 20 : *end == 'K' ? k << 10 : k;
-        }
-        fclose(f);
-    }
-    return v > 0 ? (size_t)v : (size_t)32 << 20;
-}
 
 static int bm_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -80,7 +66,7 @@ typedef struct bm_ceiling {
 static bool bm_ceiling_init(bm_ceiling *c, int nth) {
     memset(c, 0, sizeof *c);
     c->nth = nth;
-    size_t bytes = 4 * bm_l3_bytes();
+    size_t bytes = 4 * cli_l3_bytes();
     if (bytes < ((size_t)256 << 20)) bytes = (size_t)256 << 20;
     c->bytes = bytes / (size_t)(64 * nth) * (size_t)(64 * nth);
     c->a = aligned_alloc(64, c->bytes);

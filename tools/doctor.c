@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "tensile/backend.h"
 
@@ -224,18 +225,7 @@ static void doc_verdict(doc_backend *b) {
 
 /* ---- output ----------------------------------------------------------------------- */
 
-static void doc_json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", *s);
-        else
-            putchar(*s);
-    }
-    putchar('"');
-}
+static void doc_json_str(const char *s) { cli_json_str(stdout, s, strlen(s)); }
 
 static void doc_print_json(const doc_backend *bs, int n, const char *vk_note) {
     printf("{\"version\":");

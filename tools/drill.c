@@ -58,6 +58,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "tensile/backend.h"
 
@@ -947,18 +948,7 @@ static void drill_class_fork(const drill_opts *o, const char *kind, tsl_fault_cl
 
 /* ---- the command ------------------------------------------------------------------ */
 
-static void drill_json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", *s);
-        else
-            putchar(*s);
-    }
-    putchar('"');
-}
+static void drill_json_str(const char *s) { cli_json_str(stdout, s, strlen(s)); }
 
 /* The library logs every injected fault as it would a real one; the drill
  * reports each row itself, so those lines only show with -v. */
