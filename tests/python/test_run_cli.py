@@ -16,7 +16,8 @@
   run's text (the retry policy runs the compute again); RETRY on every
   compute ends, after the policy's attempts, with the RETRY record line and
   a non-zero exit; TSL_FAULT='nobuf@compute=3' (a FAILED compute) prints
-  the error record line and exits non-zero.
+  the error record line and exits non-zero; TSL_FAULT='lost@compute=4' (the
+  device lost mid-generation) is recovered and gives the clean run's text.
 
 Prints "N passed, N failed" and exits non-zero on any failure.
 """
@@ -231,6 +232,11 @@ def main():
             r = run(model, "--seed", "3", env_extra={"TSL_FAULT": "retry@compute=2"})
             if check(r is not None and r.returncode == 0, f"retry@compute=2: {desc(r)}"):
                 check(r.stdout == a.stdout, f"retry@compute=2 changed the text: {r.stdout!r} vs {a.stdout!r}")
+            # a lost device mid-generation: the run recovers the backend,
+            # rebuilds its KV cache from its tokens and goes on (FAULTS.md 8)
+            r = run(model, "--seed", "3", env_extra={"TSL_FAULT": "lost@compute=4"})
+            if check(r is not None and r.returncode == 0, f"lost@compute=4: {desc(r)}"):
+                check(r.stdout == a.stdout, f"lost@compute=4 changed the text: {r.stdout!r} vs {a.stdout!r}")
         r = run(model, "--seed", "3", env_extra={"TSL_FAULT": "retry"})
         clean_exit_failure(r, "RETRY on every compute", RECORD_RE["RETRY"])
         r = run(model, "--seed", "3", env_extra={"TSL_FAULT": "nobuf@compute=3"})
