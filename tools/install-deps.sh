@@ -32,6 +32,13 @@ if command -v clang >/dev/null 2>&1; then
 else
   need+=(libclang-rt-dev)
 fi
+# Vulkan: loader and headers, the GLSL compiler, lavapipe (tests run on it),
+# the Khronos validation layer, vulkaninfo
+pkg-config --exists vulkan 2>/dev/null || need+=(libvulkan-dev)
+command -v glslc >/dev/null 2>&1 || need+=(glslc)
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
+[ -e /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json ] || need+=(vulkan-validationlayers)
+command -v vulkaninfo >/dev/null 2>&1 || need+=(vulkan-tools)
 
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then

@@ -354,8 +354,9 @@ int tsl_sched_n_copies(const tsl_sched *s);
  *   TSL_VULKAN_VALIDATE=1    load the Khronos validation layer; its reports
  *                            go to the log (errors at ERROR level)
  *   TSL_VULKAN_WATCHDOG_MS=n no progress for n ms is a hang (DEVICE_LOST);
- *                            default: 10 s plus time for the work at a floor
- *                            of 1 GFLOP/s and 1 GB/s, per command buffer
+ *                            default: 10 s (60 s on a CPU device) plus time
+ *                            for the work at a floor of 1 GFLOP/s and 1 GB/s,
+ *                            per command buffer
  *   TSL_VULKAN_CB=n          command buffers per compute (1..9, default 4)
  *   TSL_VULKAN_CHECKED=1     robust buffer access: out-of-bounds accesses by
  *                            kernels are contained by the driver
@@ -414,8 +415,10 @@ bool tsl_backend_is_vulkan(const tsl_backend *be);
 tsl_status tsl_backend_vulkan_info(const tsl_backend *be, tsl_vulkan_device_info *info, tsl_error *err);
 /* How many command buffers a compute is encoded into (1 .. 9): the calling
  * thread encodes and submits the first while up to 8 worker threads encode
- * the rest. Results do not depend on it. Returns FAILED for a value out of
- * range or a non-Vulkan backend. */
+ * the rest. Results do not depend on it. By default (up to 4) a small graph
+ * uses fewer, so that none has under 16 nodes; a count set here or by
+ * TSL_VULKAN_CB is used as given (one per node at most). Returns FAILED for
+ * a value out of range or a non-Vulkan backend. */
 tsl_status tsl_backend_vulkan_set_command_buffers(tsl_backend *be, int n, tsl_error *err);
 /* The watchdog: a compute that makes no progress for ms milliseconds is a
  * hang and ends DEVICE_LOST ("GPU hang: no progress in N s"). 0 restores

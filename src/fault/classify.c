@@ -37,6 +37,8 @@ static const fault_class_row ROWS[] = {
     {"VkResult", 1000297000, "VK_PIPELINE_COMPILE_REQUIRED", BUILD, TSL_FAILED},
     {"VkResult", -8, "VK_ERROR_FEATURE_NOT_PRESENT", BUILD, TSL_FAILED},
     {"VkResult", -4, "VK_ERROR_DEVICE_LOST", ANY, TSL_DEVICE_LOST},
+    /* the validation layer cancelled a call our message callback refused */
+    {"VkResult", -1000011001, "VK_ERROR_VALIDATION_FAILED_EXT", ANY, TSL_FAILED},
     /* a bounded wait that ran out: the watchdog's verdict on a hung GPU */
     {"VkResult", 2, "VK_TIMEOUT", SUBMIT, TSL_DEVICE_LOST},
 

@@ -37,6 +37,8 @@ static const expect EXPECT[] = {
     {"VkResult", -4, A, TSL_DEVICE_LOST},
     {"VkResult", -4, B, TSL_DEVICE_LOST},
     {"VkResult", 2, S, TSL_DEVICE_LOST}, /* watchdog: bounded wait ran out */
+    {"VkResult", -1000011001, B, TSL_FAILED}, /* validation layer cancelled the call */
+    {"VkResult", -1000011001, S, TSL_FAILED},
     /* Metal */
     {"MTLCommandBufferErrorDomain", 0, S, TSL_SUCCESS},
     {"MTLCommandBufferErrorDomain", 1, S, TSL_DEVICE_LOST},

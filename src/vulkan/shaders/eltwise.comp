@@ -1,0 +1,69 @@
+#version 450
+/*
+ * eltwise.comp - element-wise F32 ops, one invocation per element of the
+ * destination, any strides on every side: unary (OP_SCALE, OP_SQR, OP_SQRT,
+ * OP_SILU, OP_GELU), binary with b broadcast to a by modulo (OP_ADD, OP_SUB,
+ * OP_MUL, OP_DIV) and OP_SWIGLU (silu(a) * b, same shapes).
+ *
+ * In place is safe: each invocation reads its own element before writing it,
+ * and bindings without `restrict` may alias.
+ */
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+
+layout(push_constant) uniform P {
+    uint ne0, ne1, ne2, ne3;
+    uint sa0, sa1, sa2, sa3;
+    uint sb0, sb1, sb2, sb3;
+    uint sd0, sd1, sd2, sd3;
+    uint nb0, nb1, nb2, nb3; /* b's shape (broadcast) */
+    uint oa, ob, od;
+    float p0;
+} pc;
+
+layout(binding = 0) readonly buffer A { float a[]; };
+layout(binding = 1) readonly buffer B { float b[]; };
+layout(binding = 3) writeonly buffer D { float d[]; };
+
+float silu(float x) { return x / (1.0 + exp(-x)); }
+
+void main() {
+    uint idx = wg_linear() * 256u + gl_LocalInvocationID.x;
+    if (idx >= pc.ne0 * pc.ne1 * pc.ne2 * pc.ne3) return;
+    uint i0 = idx % pc.ne0, r = idx / pc.ne0;
+    uint i1 = r % pc.ne1;
+    r /= pc.ne1;
+    uint i2 = r % pc.ne2, i3 = r / pc.ne2;
+    float x = a[pc.oa + i0 * pc.sa0 + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3];
+#if defined(OP_ADD) || defined(OP_SUB) || defined(OP_MUL) || defined(OP_DIV) || defined(OP_SWIGLU)
+    float y = b[pc.ob + (i0 % pc.nb0) * pc.sb0 + (i1 % pc.nb1) * pc.sb1 + (i2 % pc.nb2) * pc.sb2 +
+                (i3 % pc.nb3) * pc.sb3];
+#endif
+#if defined(OP_ADD)
+    float v = x + y;
+#elif defined(OP_SUB)
+    float v = x - y;
+#elif defined(OP_MUL)
+    float v = x * y;
+#elif defined(OP_DIV)
+    float v = x / y;
+#elif defined(OP_SWIGLU)
+    float v = silu(x) * y;
+#elif defined(OP_SCALE)
+    float v = x * pc.p0;
+#elif defined(OP_SQR)
+    float v = x * x;
+#elif defined(OP_SQRT)
+    float v = sqrt(x);
+#elif defined(OP_SILU)
+    float v = silu(x);
+#elif defined(OP_GELU)
+    /* tanh form: 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)) */
+    float u = 0.79788456080286536 * x * (1.0 + 0.044715 * x * x);
+    float v = x / (1.0 + exp(-2.0 * u));
+#else
+#error "eltwise.comp: no OP_ defined"
+#endif
+    d[pc.od + i0 * pc.sd0 + i1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3] = v;
+}

@@ -1,0 +1,94 @@
+#version 450
+/*
+ * rope.comp - rotary position embedding (NORMAL and NEOX), with
+ * freq_factors and YaRN, matching the CPU's rope_yarn formula:
+ *   theta_extrap = pos * base^(-2i/n_dims) / ff[i]
+ *   theta_interp = freq_scale * theta_extrap
+ *   theta        = theta_interp, or with YaRN the ramp mix of both
+ *   (cos, sin)   = (cos theta, sin theta) * mscale
+ * NORMAL rotates (x[2i], x[2i+1]), NEOX (x[i], x[i + n_dims/2]); dims past
+ * n_dims are copied. One invocation per rotated pair or copied element.
+ *
+ * Angles: with ROPE_F64 (devices with shaderFloat64) the angle is formed and
+ * reduced modulo 2 pi in double, as the CPU forms it, so positions in the
+ * hundred thousands still agree to float precision; base^(-2/n_dims) comes
+ * from the host in double as a float pair (hi + lo), and its i-th power is
+ * taken by squaring. Without doubles everything is float, which loses about
+ * pos * 6e-8 radians.
+ */
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+
+layout(push_constant) uniform P {
+    uint ne0, ne1, ne2, ne3;
+    uint sa0, sa1, sa2, sa3;
+    uint sd0, sd1, sd2, sd3;
+    uint n_dims, neox, has_ff;
+    uint oa, op, off, od;
+    uint sp, sff;
+    float freq_scale, ext_factor, mscale, corr0, corr1;
+    float theta_hi, theta_lo; /* base^(-2/n_dims) = hi + lo */
+} pc;
+
+layout(binding = 0) readonly buffer A { float a[]; };
+layout(binding = 1) readonly buffer Pos { int pos[]; };
+layout(binding = 2) readonly buffer Ff { float ff[]; };
+layout(binding = 3) writeonly buffer D { float d[]; };
+
+float ramp(uint i) {
+    float y = (float(i) - pc.corr0) / max(0.001, pc.corr1 - pc.corr0);
+    return 1.0 - clamp(y, 0.0, 1.0);
+}
+
+void main() {
+    const uint half_dims = pc.n_dims / 2u;
+    const uint per_row = half_dims + (pc.ne0 - pc.n_dims);
+    const uint e = wg_linear() * 256u + gl_LocalInvocationID.x;
+    if (e >= per_row * pc.ne1 * pc.ne2 * pc.ne3) return;
+    const uint t = e % per_row, row = e / per_row;
+    const uint i1 = row % pc.ne1, i2 = (row / pc.ne1) % pc.ne2, i3 = row / (pc.ne1 * pc.ne2);
+    const uint xa = pc.oa + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3;
+    const uint xd = pc.od + i1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3;
+    if (t >= half_dims) { /* past n_dims: copied through */
+        const uint i = pc.n_dims + (t - half_dims);
+        d[xd + i * pc.sd0] = a[xa + i * pc.sa0];
+        return;
+    }
+    const uint i = t;
+    const int p = pos[pc.op + i2 * pc.sp];
+#if defined(ROPE_F64)
+    /* the mix multiplies angles of 1e5 radians: a float ramp would move
+     * them by hundredths */
+    double mix = 0.0LF;
+    if (pc.ext_factor != 0.0) {
+        double y = (double(i) - double(pc.corr0)) / max(0.001LF, double(pc.corr1) - double(pc.corr0));
+        mix = (1.0LF - clamp(y, 0.0LF, 1.0LF)) * double(pc.ext_factor);
+    }
+    double f = 1.0LF, base = double(pc.theta_hi) + double(pc.theta_lo);
+    for (uint n = i; n != 0u; n >>= 1) { /* base^i by squaring */
+        if ((n & 1u) != 0u) f *= base;
+        base *= base;
+    }
+    if (pc.has_ff != 0u) f /= double(ff[pc.off + i * pc.sff]);
+    const double te = double(p) * f;
+    const double ti = double(pc.freq_scale) * te;
+    double theta = ti * (1.0LF - mix) + te * mix;
+    const double two_pi = 6.283185307179586476925LF;
+    theta -= two_pi * floor(theta / two_pi);
+    const float th = float(theta);
+#else
+    const float mix = pc.ext_factor != 0.0 ? ramp(i) * pc.ext_factor : 0.0;
+    float f = pow(pc.theta_hi, float(i));
+    if (pc.has_ff != 0u) f /= ff[pc.off + i * pc.sff];
+    const float te = float(p) * f;
+    const float ti = pc.freq_scale * te;
+    const float th = ti * (1.0 - mix) + te * mix;
+#endif
+    const float c = cos(th) * pc.mscale, s = sin(th) * pc.mscale;
+    const uint j0 = pc.neox != 0u ? i : 2u * i;
+    const uint j1 = pc.neox != 0u ? i + half_dims : 2u * i + 1u;
+    const float x0 = a[xa + j0 * pc.sa0], x1 = a[xa + j1 * pc.sa0];
+    d[xd + j0 * pc.sd0] = x0 * c - x1 * s;
+    d[xd + j1 * pc.sd0] = x0 * s + x1 * c;
+}

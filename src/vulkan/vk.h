@@ -1,0 +1,330 @@
+/*
+ * vk.h - private interface of the Vulkan backend, shared by its files:
+ *
+ *   vk_device.c    instance, device selection and features, the registry of
+ *                  devices shared by backends, device loss (the latch) and
+ *                  what the driver says about it
+ *   vk_memory.c    the sub-allocator over large VkDeviceMemory blocks,
+ *                  staging copies for tensor set/get
+ *   vk_pipeline.c  the kernel table, building pipelines on first use, the
+ *                  failure cache
+ *   vk_ops.c       which kernel serves a node, its push constants and grid
+ *   vk_backend.c   the backend: resolve pass, parallel encoding into command
+ *                  buffers, submission, completion with a watchdog
+ *
+ * Object lifetimes. A vk_device is one VkDevice on one physical device,
+ * shared by every backend made for that device (refcounted through the
+ * registry), so a loss latches for all of them and kernels are built once.
+ * A backend owns its command pools, fences, worker threads and staging
+ * buffer; buffers are carved out of the device's memory blocks. Recovery
+ * replaces the VkDevice inside the same vk_device (its generation, gen,
+ * counts the replacements); what was made on the old one waits in a grave
+ * until it is provably idle.
+ */
+#ifndef TSL_VK_H
+#define TSL_VK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <vulkan/vulkan.h>
+
+#include "backend/backend_impl.h"
+#include "core/core.h"
+#include "fault/fault.h"
+#include "vulkan/vk_shaders.h"
+#include "vulkan/vk_test.h"
+
+#define VK_MAX_CB 9      /* command buffers per compute: the caller's and 8 workers' */
+#define VK_MAX_WORKERS 8
+#define VK_NBIND 5       /* bindings: src0, src1, src2, dst, status words */
+#define VK_BIND_DST 3
+#define VK_BIND_STATUS 4
+#define VK_PC_WORDS 32   /* 128 bytes: the push-constant size every device has */
+#define VK_MAX_DEVICES 16
+#define VK_ALIGN 256     /* tensor placement alignment of Vulkan buffers */
+
+/* ---- kernels --------------------------------------------------------------
+ * X(id, name, esize of binding 0, 1, 2, 3): the element size each binding is
+ * read with (bytes; 2 for block formats, read as 16-bit words; 0 unused).
+ * The names match the SPIR-V variants vulkan.cmake compiles. */
+#define VK_KERNELS(X)                                         \
+    X(ADD_F32, "add_f32", 4, 4, 0, 4)                         \
+    X(SUB_F32, "sub_f32", 4, 4, 0, 4)                         \
+    X(MUL_F32, "mul_f32", 4, 4, 0, 4)                         \
+    X(DIV_F32, "div_f32", 4, 4, 0, 4)                         \
+    X(SWIGLU_F32, "swiglu_f32", 4, 4, 0, 4)                   \
+    X(SCALE_F32, "scale_f32", 4, 0, 0, 4)                     \
+    X(SQR_F32, "sqr_f32", 4, 0, 0, 4)                         \
+    X(SQRT_F32, "sqrt_f32", 4, 0, 0, 4)                       \
+    X(SILU_F32, "silu_f32", 4, 0, 0, 4)                       \
+    X(GELU_F32, "gelu_f32", 4, 0, 0, 4)                       \
+    X(CPY_F32_F32, "cpy_f32_f32", 4, 0, 0, 4)                 \
+    X(CPY_F32_F16, "cpy_f32_f16", 4, 0, 0, 2)                 \
+    X(CPY_F16_F32, "cpy_f16_f32", 2, 0, 0, 4)                 \
+    X(CPY_F16_F16, "cpy_f16_f16", 2, 0, 0, 2)                 \
+    X(GET_ROWS_F32, "get_rows_f32", 4, 4, 0, 4)               \
+    X(GET_ROWS_F16, "get_rows_f16", 2, 4, 0, 4)               \
+    X(GET_ROWS_Q8_0, "get_rows_q8_0", 2, 4, 0, 4)             \
+    X(GET_ROWS_Q4_0, "get_rows_q4_0", 2, 4, 0, 4)             \
+    X(MUL_MAT_F32, "mul_mat_f32_f32", 4, 4, 0, 4)             \
+    X(MUL_MAT_F16, "mul_mat_f16_f32", 2, 4, 0, 4)             \
+    X(MUL_MAT_Q8_0, "mul_mat_q8_0_f32", 2, 4, 0, 4)           \
+    X(MUL_MAT_Q4_0, "mul_mat_q4_0_f32", 2, 4, 0, 4)           \
+    X(MUL_MAT_VEC_F32, "mul_mat_vec_f32_f32", 4, 4, 0, 4)     \
+    X(MUL_MAT_VEC_F16, "mul_mat_vec_f16_f32", 2, 4, 0, 4)     \
+    X(MUL_MAT_VEC_Q8_0, "mul_mat_vec_q8_0_f32", 2, 4, 0, 4)   \
+    X(MUL_MAT_VEC_Q4_0, "mul_mat_vec_q4_0_f32", 2, 4, 0, 4)   \
+    X(RMS_NORM_F32, "rms_norm_f32", 4, 0, 0, 4)               \
+    X(NORM_F32, "norm_f32", 4, 0, 0, 4)                       \
+    X(SUM_ROWS_F32, "sum_rows_f32", 4, 0, 0, 4)               \
+    X(MEAN_F32, "mean_f32", 4, 0, 0, 4)                       \
+    X(SOFT_MAX_F32, "soft_max_f32", 4, 0, 0, 4)               \
+    X(SOFT_MAX_F32_MASK_F32, "soft_max_f32_mask_f32", 4, 4, 0, 4) \
+    X(SOFT_MAX_F32_MASK_F16, "soft_max_f32_mask_f16", 4, 2, 0, 4) \
+    X(ROPE_F32, "rope_f32", 4, 4, 4, 4)                       \
+    X(ROPE_F32_FP32, "rope_f32_fp32", 4, 4, 4, 4)
+
+typedef enum vk_kernel_id {
+#define VK_KID(id, name, e0, e1, e2, e3) VK_K_##id,
+    VK_KERNELS(VK_KID)
+#undef VK_KID
+    VK_K_COUNT
+} vk_kernel_id;
+
+typedef struct vk_kernel_desc {
+    const char *name;
+    uint8_t esize[4];
+} vk_kernel_desc;
+extern const vk_kernel_desc vk_kernel_descs[VK_K_COUNT];
+
+enum { VK_KS_UNBUILT = 0, VK_KS_READY = 1, VK_KS_FAILED = 2 };
+
+/* Device capabilities a kernel's SPIR-V may declare (from its OpCapability
+ * list), so a kernel the device cannot run is never built nor chosen. */
+enum {
+    VK_CAP_16BIT_STORAGE = 1u << 0,
+    VK_CAP_FLOAT64 = 1u << 1,
+    VK_CAP_SUBGROUP_BASIC = 1u << 2,
+    VK_CAP_SUBGROUP_ARITH = 1u << 3,
+    VK_CAP_FLOAT16 = 1u << 4,
+    VK_CAP_INT8 = 1u << 5,
+    VK_CAP_INT16 = 1u << 6,
+    VK_CAP_INT64 = 1u << 7,
+    VK_CAP_8BIT_STORAGE = 1u << 8,
+    VK_CAP_UNKNOWN = 1u << 31,
+};
+
+typedef struct vk_kernel {
+    _Atomic int state;         /* VK_KS_* */
+    VkPipeline pipe;
+    VkShaderModule module;
+    uint32_t caps;             /* VK_CAP_* the SPIR-V declares */
+    bool runnable;             /* the device has every capability it needs */
+    /* the failure, cached with the driver's answer (state FAILED) */
+    tsl_status fail_status;
+    int64_t fail_code;
+    char fail_text[128];
+    /* a replacement SPIR-V and entry point (vk_test_set_kernel) */
+    uint32_t *spv_override;
+    size_t spv_override_size;
+    char entry[64];
+} vk_kernel;
+
+/* ---- devices ----------------------------------------------------------- */
+
+typedef struct vk_features {
+    bool storage_16bit, float16, int8, float64, int16, int64, storage_8bit;
+    bool subgroup_basic, subgroup_arith;
+    uint32_t subgroup_size;
+    bool push_descriptors, timeline_semaphore, cooperative_matrix, device_fault, nv_checkpoints, robustness2;
+    bool robust_access; /* robustBufferAccess enabled (checked mode) */
+} vk_features;
+
+typedef struct vk_block vk_block;
+typedef struct vk_grave vk_grave;
+struct vk_backend;
+
+typedef struct vk_device {
+    int refs;        /* backends holding it (registry lock) */
+    int index;       /* physical device index */
+    VkPhysicalDevice pd;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    pthread_mutex_t qlock; /* vkQueueSubmit needs the queue externally synchronized */
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties memprops;
+    vk_features f;
+    tsl_vulkan_device_info info;
+    char name[96];
+
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    pthread_mutex_t klock; /* serializes builds */
+    vk_kernel k[VK_K_COUNT];
+
+    /* memory (vk_memory.c) */
+    pthread_mutex_t mlock;
+    vk_block *blocks;
+    uint32_t dev_type;     /* memory type of tensor memory */
+    bool dev_mapped;       /* tensor memory is host-visible and mapped */
+    uint32_t host_type;    /* host-visible coherent type for staging */
+    VkDeviceSize heap_size, heap_used;
+    uintptr_t va_next;     /* opaque addresses handed out as buffer bases */
+
+    /* loss (vk_device.c): the latch is the common layer's, shared by every
+     * backend on this device (backend_set_dev) */
+    backend_dev *bdev;
+    _Atomic int hung;      /* a wait ran out: bound every later wait tightly */
+    _Atomic int unclean;   /* work of a freed backend never finished: leak, never wait */
+
+    /* recovery: the device's objects are made again on a new VkDevice; the
+     * old ones wait in graves until they are provably idle */
+    uint32_t gen;          /* bumped by every recovery */
+    vk_grave *graves;
+    pthread_mutex_t blist_lock;
+    struct vk_backend *backends; /* every backend on the device (vk_backend.c) */
+
+    PFN_vkCmdPushDescriptorSetKHR push_descriptor_set;
+    PFN_vkGetDeviceFaultInfoEXT get_fault_info;
+    PFN_vkCmdSetCheckpointNV set_checkpoint;
+    PFN_vkGetQueueCheckpointDataNV get_checkpoints;
+} vk_device;
+
+/* Acquire the shared device object for physical device index (creating it
+ * on first use), or release it (destroyed with the last backend, unless
+ * work submitted to it never finished: then its objects are leaked with a
+ * log line rather than waited on). */
+vk_device *vk_device_acquire(int index, tsl_error *err);
+void vk_device_release(vk_device *d);
+/* The index tsl_backend_vulkan_new(-1) uses: TSL_VULKAN_DEVICE, else the
+ * first discrete GPU, else the first usable device; -1 with err filled when
+ * there is none. */
+int vk_device_pick(tsl_error *err);
+/* Latch DEVICE_LOST for every backend on d with this cause (first wins),
+ * after adding what VK_EXT_device_fault says, when present, to the record
+ * (*cause is updated). Returns DEVICE_LOST. */
+tsl_status vk_device_set_lost(vk_device *d, tsl_error *cause);
+bool vk_device_is_lost(const vk_device *d);
+/* Copy the latched cause into err (status DEVICE_LOST). */
+tsl_status vk_device_lost_error(const vk_device *d, tsl_error *err);
+/* Names the node the NV checkpoints say was running, or -1. */
+int vk_device_checkpoint_node(vk_device *d);
+/* Recovery: make the device's objects again on a new VkDevice (the old
+ * VkDevice, kernels and memory blocks go to a grave, destroyed later once
+ * provably idle, or never if hung). Nothing changes when it fails. Returns
+ * the new grave through *gr, for the backends' own objects. */
+tsl_status vk_device_reopen(vk_device *d, vk_grave **gr, tsl_error *err);
+enum { VK_GO_CMDPOOL, VK_GO_FENCE, VK_GO_DPOOL, VK_GO_BUFFER, VK_GO_MEMORY };
+/* Park an object of the old VkDevice in its grave; a fence still pending
+ * keeps the grave from being destroyed until it signals. */
+void vk_grave_add(vk_grave *gr, int kind, uint64_t handle, bool pending);
+/* Destroy the graves whose work is done (never a hung one). final: the
+ * device goes; what cannot be destroyed is left allocated, logged. */
+void vk_graves_collect(vk_device *d, bool final);
+/* Name of a VkResult through the classification table. */
+const char *vk_result_name(VkResult r, tsl_fault_phase phase);
+/* Fill err from a driver answer: status through tsl_fault_classify. */
+tsl_status vk_error(tsl_error *err, VkResult r, tsl_fault_phase phase, const char *backend, const char *device,
+                    int node, const tsl_tensor *t, const char *kernel, const char *what);
+/* Validation-layer errors reported so far (process-wide). */
+uint64_t vk_validation_errors(void);
+/* While set on this thread, validation messages are also appended to buf
+ * (a build collects the driver's text for its record). */
+void vk_capture_messages(char *buf, size_t n);
+
+/* ---- memory (vk_memory.c) -------------------------------------------------- */
+
+typedef struct vk_range {
+    VkDeviceSize off, size;
+} vk_range;
+
+struct vk_block {
+    VkDeviceMemory mem;
+    VkBuffer buf;        /* one buffer over the whole block: bindings use offsets */
+    VkDeviceSize size;
+    void *map;           /* when the device's tensor memory is mapped */
+    vk_range *free;      /* free ranges, sorted by offset */
+    int n_free, cap_free;
+    VkDeviceSize used;
+    vk_block *next;
+};
+
+/* A backend buffer: a range of one block, and the opaque address range
+ * handed out as its base (tensor->data = base + offset). */
+typedef struct vk_buf {
+    vk_block *blk;
+    VkDeviceSize off, size;
+    uintptr_t va;
+    uint32_t gen;        /* the device generation its memory belongs to */
+    struct vk_backend *owner;
+} vk_buf;
+
+tsl_status vk_mem_init(vk_device *d, tsl_error *err);
+void vk_mem_fini(vk_device *d);
+/* Destroy a block of VkDevice dev (a grave's). */
+void vk_block_destroy_on(VkDevice dev, vk_block *b);
+/* Carve size bytes (ALLOC_FAILED with err filled when it cannot be had). */
+vk_buf *vk_mem_alloc(vk_device *d, VkDeviceSize size, const char *bname, tsl_error *err);
+void vk_mem_free(vk_device *d, vk_buf *b);
+/* A host-visible coherent buffer (staging, status words): mapped. */
+tsl_status vk_host_buffer(vk_device *d, VkDeviceSize size, VkBuffer *buf, VkDeviceMemory *mem, void **map,
+                          tsl_error *err, const char *bname);
+
+/* ---- pipelines (vk_pipeline.c) ------------------------------------------- */
+
+tsl_status vk_pipeline_init(vk_device *d, tsl_error *err);
+/* Recovery: hand the built pipelines to gr and mark every kernel unbuilt
+ * (replacement SPIR-V from vk_test_set_kernel is kept). */
+void vk_pipeline_detach(vk_device *d, vk_grave *gr);
+/* Park a pipeline / module in a grave (vk_device.c). */
+void vk_grave_add_pipeline(vk_grave *gr, VkPipeline p, VkShaderModule m);
+void vk_pipeline_fini(vk_device *d);
+/* The built pipeline of kernel id, building it now if needed. On failure
+ * *fk receives the kernel (its fail_* fields hold the cached answer). */
+VkPipeline vk_kernel_get(vk_device *d, int id, const vk_kernel **fk);
+/* Forget the device's build failures: those kernels are built again on
+ * next use (recovery without a loss). */
+void vk_pipeline_reset_failed(vk_device *d);
+
+/* ---- ops (vk_ops.c) -------------------------------------------------------- */
+
+/* One binding of a node: the block, the descriptor range, where the tensor
+ * starts inside it (in the binding's elements) and the bytes it spans. */
+typedef struct vk_bind {
+    vk_block *blk;
+    VkDeviceSize off, range;
+    uint32_t eoff;
+    VkDeviceSize lo, hi; /* the tensor's bytes within the block (hazards) */
+} vk_bind;
+
+typedef struct vk_exec {
+    tsl_tensor *node;
+    int index;       /* node index in the graph */
+    int kernel;      /* vk_kernel_id */
+    VkPipeline pipe;
+    vk_bind b[4];    /* src0, src1, src2, dst; blk NULL: bound to dst as a placeholder */
+    double cost_s;   /* the watchdog's allowance for this node */
+} vk_exec;
+
+/* The kernel that runs node on d: the first variant the device can run
+ * (e.g. the matrix-vector kernel for one column, else the tiled one), or -1
+ * (no kernel for this op/type/layout). With usable_only, -1 also when that
+ * kernel failed to build on the device or is in be's failure cache (be may
+ * be NULL); otherwise it is returned anyway, so the compute can name it. */
+int vk_kernel_for(const vk_device *d, const tsl_tensor *node, tsl_backend *be, bool usable_only);
+/* Fill the push constants (returns their size in bytes) and the grid. */
+uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]);
+
+/* Build every kernel the device can run now, reporting each through fn
+ * (tsl_backend_build_kernels); returns how many failed. */
+int vk_backend_build_kernels(tsl_backend *be, tsl_kernel_fn fn, void *user);
+/* The device of a Vulkan backend, or NULL for any other backend. */
+vk_device *vk_backend_dev(const tsl_backend *be);
+/* Replace kernel id's SPIR-V / entry point (vk_test_set_kernel). */
+tsl_status vk_kernel_override(vk_device *d, int id, const uint32_t *spv, size_t size, const char *entry,
+                              tsl_error *err);
+/* The embedded SPIR-V of kernel name, or NULL. */
+const vk_shader_blob *vk_shader_find(const char *name);
+
+#endif /* TSL_VK_H */

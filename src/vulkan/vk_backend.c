@@ -1,0 +1,1480 @@
+/*
+ * vk_backend.c - the Vulkan backend: buffers, the resolve pass, parallel
+ * encoding into command buffers, submission, and completion under a
+ * watchdog.
+ *
+ * A compute runs in the shape ggml-metal gave GPU backends, with the fault
+ * contract of FAULTS.md on top:
+ *
+ *  1. Resolve (calling thread, before anything is encoded): every tensor
+ *     the graph touches must be in a buffer of this device, every compute
+ *     node must have a kernel, and that kernel must build. Lookups record
+ *     into the compute's ledger (missing buffer: tensor, op, node; kernel:
+ *     name and the driver's text); the pass goes through the whole graph so
+ *     the ledger's counts are complete, and only a clean ledger lets
+ *     encoding start. The encoders then use the resolved handles.
+ *  2. Encode and submit: the compute nodes are cut into up to 9 command
+ *     buffers. The calling thread encodes a short first one and submits it
+ *     at once, so the device starts while persistent worker threads (one
+ *     command pool each) encode the rest in parallel; the calling thread
+ *     submits those in order as they are ready. Between command buffers it
+ *     asks the abort callback. Every encode block points its thread's
+ *     ledger sink at this compute; if anything records while encoding, the
+ *     command buffers not yet submitted are dropped.
+ *  3. Complete: synchronize waits on each command buffer's fence in order,
+ *     in bounded slices. A fence that does not signal within the watchdog
+ *     allowance (no progress) is a hung GPU: DEVICE_LOST, "GPU hang: no
+ *     progress in N s", latched for every backend on the device. Driver
+ *     errors go through the VkResult table (phase SUBMIT). Data errors
+ *     found by kernels (a get_rows index out of range) come back through
+ *     the compute's status words and fail the compute naming the node.
+ *
+ * Barriers. A command buffer starts with one full compute barrier (it
+ * orders the buffer after everything submitted before it on the queue, the
+ * previous command buffers of the same graph included). Inside it, a node
+ * gets a barrier only when it reads bytes written, or writes bytes read or
+ * written, by a node since the last barrier: the byte ranges are tracked per
+ * memory block. Independent nodes (the Q, K and V projections of a layer)
+ * run concurrently.
+ *
+ * Descriptors: VK_KHR_push_descriptor where the driver has it (lavapipe,
+ * NVIDIA, AMD, Intel do): no pools, nothing to free, five buffer writes per
+ * dispatch. Elsewhere each command buffer's encoder allocates sets from its
+ * own descriptor pools, reset when the command buffer is reused. One
+ * descriptor-set layout and one pipeline layout serve every kernel.
+ *
+ * Loss and recovery (FAULTS.md section 8). Every wait is bounded, so a
+ * hung GPU costs the compute its watchdog allowance and no more; the loss
+ * latches in the common layer's device object, which every backend on the
+ * VkDevice shares. Recovery (vk_recover) makes a new VkDevice first and
+ * moves everything made on the old one to a grave (vk_device.c) that is
+ * destroyed only once its fences say it is idle; the common layer then gives
+ * every buffer new memory behind its old address and restores the
+ * persistent ones.
+ *
+ * Fault injection (FAULTS.md section 10) fires where the real faults
+ * appear: "nobuf" at each buffer lookup of the resolve pass; "kernel" at
+ * each kernel lookup (kernel names as vk.h lists them; the kernel is then
+ * failed for this backend, as a real build failure is for the device);
+ * "alloc" at buffer allocation (the bytes are the request); "retry" at each
+ * queue submission (as VK_ERROR_OUT_OF_DEVICE_MEMORY, which the table makes
+ * RETRY); "lost" at each fence (as VK_ERROR_DEVICE_LOST); "abort" where the
+ * callback is asked.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vulkan/vk.h"
+
+#define VK_DEFAULT_CB 4
+#define VK_MAIN_MAX_NODES 64        /* the first command buffer: short, so the device starts early */
+#define VK_MIN_CB_NODES 16          /* by default, no command buffer of fewer nodes */
+#define VK_WATCHDOG_BASE_S 10.0     /* default allowance per command buffer, plus its work */
+#define VK_WATCHDOG_CPU_S 60.0      /* the same on a CPU device (lavapipe), which shares its cores */
+#define VK_WATCHDOG_SLICE_NS 50000000ull
+#define VK_LOST_GRACE_NS 1000000000ull /* waiting on a device another backend found lost */
+#define VK_TEARDOWN_WAIT_NS 2000000000ull
+#define VK_MAX_SPANS 256
+#define VK_DPOOL_SETS 256
+#define VK_STAGING_MIN ((size_t)1 << 20)
+#define VK_STAGING_MAX ((size_t)64 << 20)
+
+typedef struct vk_span {
+    vk_block *blk;
+    VkDeviceSize lo, hi;
+    bool write;
+} vk_span;
+
+/* One command buffer of a compute and the thread that encodes it. */
+typedef struct vk_slot {
+    VkCommandPool pool;
+    VkCommandBuffer cb;
+    VkFence fence;
+    bool fence_pending;        /* submitted, not yet seen signaled */
+    int first, count;          /* range of the compute's exec list */
+    double work_s;             /* the watchdog's allowance for its work */
+    VkDescriptorPool *dpools;  /* without push descriptors */
+    int n_dpools, cur_dpool;
+    vk_span spans[VK_MAX_SPANS];
+    int n_spans;
+    uint64_t dispatches, barriers;
+    double encode_ms;
+} vk_slot;
+
+struct vk_backend {
+    struct tsl_backend base; /* first: the public handle points here */
+    vk_device *dev;
+    char name[32];
+    char device[96];
+    int n_cb;
+    bool cb_explicit; /* n_cb was asked for (setter, TSL_VULKAN_CB): no minimum size */
+    int watchdog_ms; /* 0: default, scaled to the work */
+    vk_slot slots[VK_MAX_CB];
+    vk_exec *exec;
+    int exec_cap, n_exec;
+    fault_ledger ledger;
+    _Atomic int busy;
+
+    /* encoder threads: worker w encodes slot w + 1 */
+    pthread_t threads[VK_MAX_WORKERS];
+    int n_threads;
+    pthread_mutex_t wlock;
+    pthread_cond_t wcv, dcv;
+    uint64_t wgen;
+    bool wquit;
+    int job_slots;
+    bool done[VK_MAX_CB];
+
+    /* the compute in flight (between compute_async and synchronize) */
+    bool pending;
+    int n_used;
+    uint64_t pend_compute;
+    tsl_status pend_status;
+    tsl_error pend_err;
+    tsl_status last; /* a finished compute's status not yet collected */
+    tsl_error last_err;
+
+    /* status words kernels write data errors into (host-visible) */
+    VkBuffer sbuf;
+    VkDeviceMemory smem;
+    uint32_t *swords;
+
+    /* staging copies for tensor set/get */
+    pthread_mutex_t xlock;
+    VkCommandPool xpool;
+    VkCommandBuffer xcb;
+    VkFence xfence;
+    VkBuffer stage;
+    VkDeviceMemory stage_mem;
+    void *stage_map;
+    size_t stage_size;
+
+    struct vk_backend *dnext; /* the device's list of backends (blist_lock) */
+
+    /* counters */
+    _Atomic uint64_t st_computes, st_submits, st_dispatches, st_barriers, st_transfers;
+    double st_encode_ms, last_us_per_node;
+    int last_cbs;
+};
+typedef struct vk_backend vk_backend;
+
+static const tsl_backend_vtable vk_vtable;
+
+static uint64_t vk_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static const char *vk_label(const tsl_tensor *t) { return t && t->name[0] ? t->name : "(unnamed)"; }
+
+vk_device *vk_backend_dev(const tsl_backend *b) {
+    return b && b->vt == &vk_vtable ? ((const vk_backend *)b)->dev : NULL;
+}
+
+/* ---- resolve ------------------------------------------------------------------ */
+
+/* The buffer lookup: t must have data in a buffer of this device. Records
+ * into the current sink (the compute's ledger) when not. */
+static bool vk_lookup(vk_backend *be, uint64_t compute, int i, const tsl_tensor *node, tsl_tensor *t) {
+    fault_site site = {.compute = compute, .node = i, .tensor = t};
+    if (fault_plan_fire(be->base.faults, TSL_FAULT_NOBUF, &site) || !backend_tensor_resolve(t) || !t->buffer) {
+        ledger_record_nobuf(i, node, t);
+        return false;
+    }
+    const tsl_backend *owner = t->buffer->be;
+    if (owner->vt != &vk_vtable || ((const vk_backend *)owner)->dev != be->dev) {
+        ledger_record(TSL_FAILED, i, node,
+                      "tensor '%s' is in a %s buffer, which %s cannot read (copy it into a buffer of this "
+                      "device; the scheduler does): nothing of this graph was submitted",
+                      vk_label(t), tsl_backend_name(owner), be->name);
+        return false;
+    }
+    if (((const vk_buf *)t->buffer->handle)->gen != be->dev->gen) {
+        ledger_record(TSL_ALLOC_FAILED, i, node,
+                      "tensor '%s' is in a buffer that got no memory when the device was recovered; recover again "
+                      "or free it",
+                      vk_label(t));
+        return false;
+    }
+    return true;
+}
+
+/* The binding of t read as es-byte elements. */
+static bool vk_bind_tensor(vk_backend *be, int i, const tsl_tensor *node, const tsl_tensor *t, int es, vk_bind *out) {
+    const tsl_buffer *buf = t->buffer;
+    const vk_buf *vb = buf->handle;
+    uintptr_t a = (uintptr_t)t->data, b0 = (uintptr_t)buf->base;
+    size_t nb = tsl_nbytes(t);
+    if (a < b0 || a - b0 > buf->size || nb > buf->size - (a - b0)) {
+        ledger_record(TSL_FAILED, i, node, "tensor '%s' (%zu bytes) lies outside its %zu-byte buffer", vk_label(t), nb,
+                      buf->size);
+        return false;
+    }
+    const VkPhysicalDeviceLimits *lim = &be->dev->props.limits;
+    VkDeviceSize align = lim->minStorageBufferOffsetAlignment ? lim->minStorageBufferOffsetAlignment : 1;
+    VkDeviceSize off = vb->off + (VkDeviceSize)(a - b0);
+    VkDeviceSize base = off / align * align, resid = off - base;
+    if (resid % (VkDeviceSize)es) {
+        ledger_record(TSL_FAILED, i, node,
+                      "tensor '%s' starts at byte offset %llu, not a multiple of its %d-byte elements", vk_label(t),
+                      (unsigned long long)(a - b0), es);
+        return false;
+    }
+    VkDeviceSize range = (resid + nb + 3) / 4 * 4;
+    if (range < 4) range = 4;
+    if (range > vb->blk->size - base) range = vb->blk->size - base;
+    if (range > lim->maxStorageBufferRange) {
+        ledger_record(TSL_FAILED, i, node, "tensor '%s' (%zu bytes) is larger than one kernel binding can see (%u bytes)",
+                      vk_label(t), nb, lim->maxStorageBufferRange);
+        return false;
+    }
+    *out = (vk_bind){.blk = vb->blk, .off = base, .range = range, .eoff = (uint32_t)(resid / (VkDeviceSize)es),
+                     .lo = off, .hi = off + nb};
+    return true;
+}
+
+static void vk_types_text(const tsl_tensor *n, char *buf, size_t size) {
+    size_t k = (size_t)snprintf(buf, size, "%s", tsl_type_name(n->type));
+    for (int j = 0; j < TSL_MAX_SRC && n->src[j] && k < size; j++)
+        k += (size_t)snprintf(buf + k, size - k, "%s%s", j ? ", " : " from ", tsl_type_name(n->src[j]->type));
+}
+
+/* A build failure of kernel id as a record, from the device's cache (k)
+ * or from an injected fault (k NULL). */
+static void vk_kernel_record(vk_backend *be, int i, const tsl_tensor *node, int id, const vk_kernel *k, tsl_error *rec) {
+    const char *name = vk_kernel_descs[id].name;
+    error_set(rec, TSL_FAILED, be->name, be->device, i, node, name, "could not be built");
+    snprintf(rec->driver_domain, sizeof rec->driver_domain, "VkResult");
+    rec->driver_code = k ? k->fail_code : VK_ERROR_UNKNOWN;
+    snprintf(rec->driver_text, sizeof rec->driver_text, "%s",
+             k ? k->fail_text : "VK_ERROR_UNKNOWN: kernel build failed (injected fault)");
+}
+
+/* The kernel lookup of node i: fills the exec entry's kernel and pipeline,
+ * or records why there is none. A kernel that fails to build (now, before,
+ * on another backend of the device, or by injection) goes into this
+ * backend's failure cache, so supports_op answers false for its nodes
+ * until recovery rebuilds the kernels. */
+static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tensor *node, vk_exec *x) {
+    vk_device *d = be->dev;
+    tsl_error rec;
+    int id = vk_kernel_for(d, node, &be->base, true);
+    if (id < 0) {
+        int failed = vk_kernel_for(d, node, &be->base, false);
+        if (failed < 0) {
+            char types[96];
+            vk_types_text(node, types, sizeof types);
+            ledger_record(TSL_FAILED, i, node,
+                          "no Vulkan kernel for %s with these types or layout (%s); the scheduler runs it on "
+                          "another backend",
+                          tsl_op_name(node->op), types);
+            return false;
+        }
+        const char *fname = vk_kernel_descs[failed].name;
+        if (!backend_kernel_failed(&be->base, fname, &rec)) {
+            vk_kernel_record(be, i, node, failed, &d->k[failed], &rec);
+            backend_kernel_fail(&be->base, fname, &rec);
+        }
+        ledger_record_kernel(i, node, fname, rec.driver_domain, rec.driver_code, rec.driver_text);
+        return false;
+    }
+    const char *kname = vk_kernel_descs[id].name;
+    fault_site site = {.compute = compute, .node = i, .tensor = node, .kernel = kname};
+    if (fault_plan_fire(be->base.faults, TSL_FAULT_KERNEL, &site)) {
+        vk_kernel_record(be, i, node, id, NULL, &rec);
+        backend_kernel_fail(&be->base, kname, &rec); /* as a real failure: cached until recovery */
+        ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
+        return false;
+    }
+    const vk_kernel *fk = NULL;
+    VkPipeline pipe = vk_kernel_get(d, id, &fk);
+    if (!pipe) {
+        vk_kernel_record(be, i, node, id, fk, &rec);
+        backend_kernel_fail(&be->base, kname, &rec);
+        ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
+        return false;
+    }
+    x->kernel = id;
+    x->pipe = pipe;
+    return true;
+}
+
+/* The resolve pass: fills be->exec; everything wrong records into the
+ * current sink. Returns the number of compute nodes. */
+static int vk_resolve(vk_backend *be, tsl_graph *g, uint64_t compute) {
+    int ne = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        tsl_tensor *node = g->nodes[i];
+        if (!node) {
+            ledger_record(TSL_FAILED, i, NULL, "graph node %d is NULL", i);
+            continue;
+        }
+        bool ok = true;
+        for (int j = 0; j < TSL_MAX_SRC; j++)
+            if (node->src[j] && !vk_lookup(be, compute, i, node, node->src[j])) ok = false;
+        if (!vk_lookup(be, compute, i, node, node)) ok = false;
+        if (tsl_op_is_view(node->op) || node->op == TSL_OP_NONE || !ok) continue;
+        if (tsl_nelements(node) == 0) continue; /* nothing to compute */
+        vk_exec *x = &be->exec[ne];
+        memset(x, 0, sizeof *x);
+        x->node = node;
+        x->index = i;
+        if (!vk_resolve_kernel(be, compute, i, node, x)) continue;
+        const uint8_t *es = vk_kernel_descs[x->kernel].esize;
+        double bytes = 0;
+        for (int j = 0; j < 4 && ok; j++) {
+            const tsl_tensor *t = j < 3 ? node->src[j] : node;
+            if (!es[j] || !t) continue;
+            ok = vk_bind_tensor(be, i, node, t, es[j], &x->b[j]);
+            bytes += (double)tsl_nbytes(t);
+        }
+        if (!ok) continue;
+        x->cost_s = core_node_flops(node) / 1e9 + bytes / 1e9;
+        ne++;
+    }
+    return ne;
+}
+
+/* ---- encoding ----------------------------------------------------------------- */
+
+static void vk_barrier(VkCommandBuffer cb, VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage,
+                       VkAccessFlags dst) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = src, .dstAccessMask = dst};
+    vkCmdPipelineBarrier(cb, src_stage, dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+static bool vk_spans_hit(const vk_slot *sl, const vk_bind *b, bool against_reads) {
+    for (int k = 0; k < sl->n_spans; k++) {
+        const vk_span *s = &sl->spans[k];
+        if (s->blk != b->blk || (!s->write && !against_reads)) continue;
+        if (b->lo < s->hi && s->lo < b->hi) return true;
+    }
+    return false;
+}
+
+/* Does x touch bytes an earlier node since the last barrier wrote (or, for
+ * its write, read)? Then it needs a barrier. */
+static bool vk_hazard(const vk_slot *sl, const vk_exec *x) {
+    if (sl->n_spans + 4 > VK_MAX_SPANS) return true; /* too much to track: a barrier is always safe */
+    for (int j = 0; j < 3; j++)
+        if (x->b[j].blk && vk_spans_hit(sl, &x->b[j], false)) return true;
+    return vk_spans_hit(sl, &x->b[VK_BIND_DST], true);
+}
+
+static void vk_track(vk_slot *sl, const vk_exec *x) {
+    for (int j = 0; j < 4; j++) {
+        if (!x->b[j].blk) continue;
+        sl->spans[sl->n_spans++] = (vk_span){x->b[j].blk, x->b[j].lo, x->b[j].hi, j == VK_BIND_DST};
+    }
+}
+
+/* A descriptor set from the slot's pools (no push descriptors). */
+static VkResult vk_alloc_set(vk_backend *be, vk_slot *sl, VkDescriptorSet *set) {
+    VkDevice dev = be->dev->dev;
+    for (;;) {
+        if (sl->cur_dpool == sl->n_dpools) {
+            VkDescriptorPool *np = realloc(sl->dpools, (size_t)(sl->n_dpools + 1) * sizeof *np);
+            if (!np) return VK_ERROR_OUT_OF_HOST_MEMORY;
+            sl->dpools = np;
+            VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = VK_DPOOL_SETS * VK_NBIND};
+            VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                             .maxSets = VK_DPOOL_SETS,
+                                             .poolSizeCount = 1,
+                                             .pPoolSizes = &ps};
+            VkResult r = vkCreateDescriptorPool(dev, &pi, NULL, &sl->dpools[sl->n_dpools]);
+            if (r != VK_SUCCESS) return r;
+            sl->n_dpools++;
+        }
+        VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                          .descriptorPool = sl->dpools[sl->cur_dpool],
+                                          .descriptorSetCount = 1,
+                                          .pSetLayouts = &be->dev->dsl};
+        VkResult r = vkAllocateDescriptorSets(dev, &ai, set);
+        if (r == VK_SUCCESS) return r;
+        if (r != VK_ERROR_OUT_OF_POOL_MEMORY && r != VK_ERROR_FRAGMENTED_POOL) return r;
+        sl->cur_dpool++; /* this pool is full: the next one */
+    }
+}
+
+static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x, VkPipeline *bound) {
+    vk_device *d = be->dev;
+    VkCommandBuffer cb = sl->cb;
+    uint32_t pc[VK_PC_WORDS], grid[3];
+    uint32_t pcsize = vk_op_params(d, x, pc, grid);
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return VK_SUCCESS;
+    if (vk_hazard(sl, x)) {
+        vk_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
+                   VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+        sl->n_spans = 0;
+        sl->barriers++;
+    }
+    vk_track(sl, x);
+    if (*bound != x->pipe) {
+        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, x->pipe);
+        *bound = x->pipe;
+    }
+    VkDescriptorBufferInfo bi[VK_NBIND];
+    VkWriteDescriptorSet w[VK_NBIND];
+    for (int j = 0; j < 4; j++) {
+        const vk_bind *b = x->b[j].blk ? &x->b[j] : &x->b[VK_BIND_DST]; /* unused: the destination again */
+        bi[j] = (VkDescriptorBufferInfo){.buffer = b->blk->buf, .offset = b->off, .range = b->range};
+    }
+    bi[VK_BIND_STATUS] = (VkDescriptorBufferInfo){.buffer = be->sbuf, .offset = 0, .range = VK_WHOLE_SIZE};
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    if (!d->f.push_descriptors) {
+        VkResult r = vk_alloc_set(be, sl, &set);
+        if (r != VK_SUCCESS) return r;
+    }
+    for (int j = 0; j < VK_NBIND; j++)
+        w[j] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                      .dstSet = set,
+                                      .dstBinding = (uint32_t)j,
+                                      .descriptorCount = 1,
+                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                      .pBufferInfo = &bi[j]};
+    if (d->f.push_descriptors) {
+        d->push_descriptor_set(cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, VK_NBIND, w);
+    } else {
+        vkUpdateDescriptorSets(d->dev, VK_NBIND, w, 0, NULL);
+        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, 1, &set, 0, NULL);
+    }
+    if (pcsize) vkCmdPushConstants(cb, d->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pcsize, pc);
+    if (d->set_checkpoint) d->set_checkpoint(cb, (void *)(uintptr_t)(x->index + 1));
+    vkCmdDispatch(cb, grid[0], grid[1], grid[2]);
+    sl->dispatches++;
+    return VK_SUCCESS;
+}
+
+/* Encode slot s (its range of the exec list) into its command buffer. Runs
+ * on the calling thread (slot 0) or on worker s - 1. */
+static void vk_encode_slot(vk_backend *be, int s) {
+    uint64_t t0 = vk_now_ns();
+    vk_slot *sl = &be->slots[s];
+    vk_device *d = be->dev;
+    const vk_exec *first = &be->exec[sl->first];
+    ledger_sink_set(&be->ledger);
+    sl->dispatches = sl->barriers = 0;
+    sl->n_spans = 0;
+    const char *what = "resetting a command pool";
+    const vk_exec *at = first;
+    VkResult r = vkResetCommandPool(d->dev, sl->pool, 0);
+    if (r == VK_SUCCESS) {
+        what = "beginning a command buffer";
+        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                       .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+        r = vkBeginCommandBuffer(sl->cb, &bi);
+    }
+    if (r == VK_SUCCESS) {
+        for (int p = 0; p < sl->n_dpools; p++) vkResetDescriptorPool(d->dev, sl->dpools[p], 0);
+        sl->cur_dpool = 0;
+        /* after everything before it on the queue: earlier command buffers
+         * of this graph, uploads, earlier graphs */
+        vk_barrier(sl->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+        VkPipeline bound = VK_NULL_HANDLE;
+        what = "recording a kernel";
+        for (int k = 0; k < sl->count && r == VK_SUCCESS; k++) {
+            at = &be->exec[sl->first + k];
+            r = vk_encode_node(be, sl, at, &bound);
+        }
+        if (r == VK_SUCCESS) {
+            /* results become visible to the host (mapped reads, status
+             * words) and to transfers once the fence signals */
+            vk_barrier(sl->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT);
+            what = "ending a command buffer";
+            at = first;
+            r = vkEndCommandBuffer(sl->cb);
+        }
+    }
+    if (r != VK_SUCCESS) {
+        const char *rn = "unknown";
+        tsl_status st = tsl_fault_classify("VkResult", (int64_t)r, TSL_PHASE_ALLOC, &rn);
+        ledger_record(st == TSL_SUCCESS ? TSL_FAILED : st, at->index, at->node,
+                      "%s for command buffer %d: the driver answered %s (VkResult %d); nothing more of this graph "
+                      "was submitted",
+                      what, s, rn, (int)r);
+    }
+    /* The block ends: a lookup after this lands in no sink and is only
+     * logged (it belongs to no compute). */
+    ledger_sink_clear();
+    sl->encode_ms = (double)(vk_now_ns() - t0) / 1e6;
+}
+
+static void *vk_worker_main(void *arg) {
+    vk_backend *be = ((void **)arg)[0];
+    int w = (int)(intptr_t)((void **)arg)[1];
+    /* the generation current when the thread was made: a job posted
+     * before this thread first takes the lock is still seen as new */
+    uint64_t seen = (uint64_t)(uintptr_t)((void **)arg)[2];
+    free(arg);
+    pthread_mutex_lock(&be->wlock);
+    for (;;) {
+        while (!be->wquit && be->wgen == seen) pthread_cond_wait(&be->wcv, &be->wlock);
+        if (be->wquit) break;
+        seen = be->wgen;
+        int s = w + 1;
+        bool mine = s < be->job_slots;
+        pthread_mutex_unlock(&be->wlock);
+        if (mine) vk_encode_slot(be, s);
+        pthread_mutex_lock(&be->wlock);
+        if (mine) {
+            be->done[s] = true;
+            pthread_cond_broadcast(&be->dcv);
+        }
+    }
+    pthread_mutex_unlock(&be->wlock);
+    return NULL;
+}
+
+static bool vk_ensure_threads(vk_backend *be, int n) {
+    while (be->n_threads < n) {
+        void **arg = malloc(3 * sizeof *arg);
+        if (!arg) return false;
+        arg[0] = be;
+        arg[1] = (void *)(intptr_t)be->n_threads;
+        pthread_mutex_lock(&be->wlock);
+        arg[2] = (void *)(uintptr_t)be->wgen;
+        pthread_mutex_unlock(&be->wlock);
+        if (pthread_create(&be->threads[be->n_threads], NULL, vk_worker_main, arg) != 0) {
+            free(arg);
+            return false;
+        }
+        be->n_threads++;
+    }
+    return true;
+}
+
+static void vk_wait_done(vk_backend *be, int s) {
+    pthread_mutex_lock(&be->wlock);
+    while (!be->done[s]) pthread_cond_wait(&be->dcv, &be->wlock);
+    pthread_mutex_unlock(&be->wlock);
+}
+
+/* ---- completion --------------------------------------------------------------- */
+
+static const char *vk_first_kernel(const vk_backend *be, const vk_slot *sl) {
+    return sl->count > 0 ? vk_kernel_descs[be->exec[sl->first].kernel].name : NULL;
+}
+
+/* The watchdog's default allowance for a command buffer, before its work. */
+static double vk_watchdog_base(const vk_backend *be) {
+    return be->dev->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? VK_WATCHDOG_CPU_S : VK_WATCHDOG_BASE_S;
+}
+
+/* Wait for slot s's fence, bounded by the watchdog. */
+static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
+    vk_device *d = be->dev;
+    vk_slot *sl = &be->slots[s];
+    const vk_exec *x = &be->exec[sl->first];
+    double allow_s = be->watchdog_ms > 0 ? be->watchdog_ms / 1000.0 : vk_watchdog_base(be) + sl->work_s;
+    uint64_t budget = (uint64_t)(allow_s * 1e9), t0 = vk_now_ns();
+    fault_site site = {.compute = be->pend_compute, .node = x->index, .tensor = x->node,
+                       .kernel = vk_first_kernel(be, sl)};
+    VkResult r;
+    if (fault_plan_fire(be->base.faults, TSL_FAULT_LOST, &site)) {
+        r = VK_ERROR_DEVICE_LOST; /* as the driver would answer; the fence is left as it is */
+    } else {
+        for (;;) {
+            uint64_t el = vk_now_ns() - t0;
+            uint64_t slice = VK_WATCHDOG_SLICE_NS;
+            if (atomic_load(&d->hung)) slice = 1000000; /* never sit on a hung device */
+            r = vkWaitForFences(d->dev, 1, &sl->fence, VK_TRUE, slice);
+            if (r != VK_TIMEOUT) break;
+            el = vk_now_ns() - t0;
+            if (el >= budget) {
+                const char *rn = "VK_TIMEOUT";
+                tsl_status st = tsl_fault_classify("VkResult", VK_TIMEOUT, TSL_PHASE_SUBMIT, &rn);
+                error_set(rec, st, be->name, be->device, x->index, x->node, vk_first_kernel(be, sl),
+                          "GPU hang: no progress in %.1f s (command buffer %d of %d, nodes %d..%d, did not finish)",
+                          (double)el / 1e9, s + 1, be->n_used, x->index, be->exec[sl->first + sl->count - 1].index);
+                if (rec) {
+                    snprintf(rec->driver_domain, sizeof rec->driver_domain, "VkResult");
+                    rec->driver_code = VK_TIMEOUT;
+                    snprintf(rec->driver_text, sizeof rec->driver_text, "%s", rn);
+                }
+                atomic_store(&d->hung, 1);
+                return vk_device_set_lost(d, rec);
+            }
+            if (vk_device_is_lost(d) && el >= VK_LOST_GRACE_NS) /* another backend found the device lost */
+                return vk_device_lost_error(d, rec);
+        }
+    }
+    if (r == VK_SUCCESS) {
+        sl->fence_pending = false;
+        return TSL_SUCCESS;
+    }
+    int node = r == VK_ERROR_DEVICE_LOST ? vk_device_checkpoint_node(d) : -1;
+    const tsl_tensor *nt = x->node;
+    if (node >= 0) {
+        for (int k = 0; k < sl->count; k++)
+            if (be->exec[sl->first + k].index == node) nt = be->exec[sl->first + k].node;
+    } else {
+        node = x->index;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "command buffer %d of %d (nodes %d..%d)", s + 1, be->n_used, x->index,
+             be->exec[sl->first + sl->count - 1].index);
+    tsl_status st = vk_error(rec, r, TSL_PHASE_SUBMIT, be->name, be->device, node, nt, vk_first_kernel(be, sl), what);
+    if (st == TSL_DEVICE_LOST) vk_device_set_lost(d, rec);
+    return st;
+}
+
+/* Finish the compute in flight: wait for what was submitted, collect data
+ * errors from the status words, and give its status. */
+static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
+    tsl_status st = be->pend_status;
+    tsl_error rec = be->pend_err;
+    for (int s = 0; s < be->n_used; s++) {
+        if (!be->slots[s].fence_pending) continue;
+        tsl_error wrec;
+        tsl_error_clear(&wrec);
+        tsl_status ws = vk_wait_slot(be, s, &wrec);
+        if (ws == TSL_SUCCESS) continue;
+        if (ws == TSL_DEVICE_LOST || st == TSL_SUCCESS) {
+            st = ws;
+            rec = wrec;
+        }
+        if (ws == TSL_DEVICE_LOST) break; /* nothing more to wait for on a lost device */
+    }
+    if (st == TSL_SUCCESS && be->swords[0] != 0) {
+        int node = (int)be->swords[1];
+        const tsl_tensor *nt = NULL;
+        for (int k = 0; k < be->n_exec; k++)
+            if (be->exec[k].index == node) nt = be->exec[k].node;
+        const tsl_tensor *tab = nt ? nt->src[0] : NULL, *idx = nt ? nt->src[1] : NULL;
+        st = error_set(&rec, TSL_FAILED, be->name, be->device, node, nt, NULL,
+                       "get_rows: index %d at position %u of '%s' is out of range (table '%s' has %lld rows)",
+                       (int)be->swords[2], be->swords[3], vk_label(idx), vk_label(tab),
+                       tab ? (long long)tab->ne[1] : 0LL);
+    }
+    be->pending = false;
+    if (st != TSL_SUCCESS && err) *err = rec;
+    return st;
+}
+
+/* Wait (bounded) until the compute in flight has finished on the device,
+ * leaving its status for synchronize. For host access to mapped memory. */
+static tsl_status vk_quiesce(vk_backend *be, tsl_error *err) {
+    if (!be->pending) return TSL_SUCCESS;
+    uint64_t bound = VK_TEARDOWN_WAIT_NS;
+    for (int s = 0; s < be->n_used; s++) {
+        vk_slot *sl = &be->slots[s];
+        if (!sl->fence_pending) continue;
+        double allow_s = be->watchdog_ms > 0 ? be->watchdog_ms / 1000.0 : vk_watchdog_base(be) + sl->work_s;
+        bound = (uint64_t)(allow_s * 1e9);
+        uint64_t t0 = vk_now_ns();
+        VkResult r;
+        do {
+            r = vkWaitForFences(be->dev->dev, 1, &sl->fence, VK_TRUE, VK_WATCHDOG_SLICE_NS);
+        } while (r == VK_TIMEOUT && vk_now_ns() - t0 < bound && !vk_device_is_lost(be->dev));
+        if (r != VK_SUCCESS) {
+            /* synchronize will say what happened; the data is not there */
+            return error_set(err, TSL_DEVICE_LOST, be->name, be->device, -1, NULL, NULL,
+                             "the compute in flight did not finish (%s); synchronize for its status",
+                             vk_result_name(r, TSL_PHASE_SUBMIT));
+        }
+    }
+    return TSL_SUCCESS;
+}
+
+/* ---- compute -------------------------------------------------------------------- */
+
+static bool vk_should_abort(vk_backend *be, uint64_t compute, const vk_exec *next) {
+    if (be->base.abort_fn && be->base.abort_fn(be->base.abort_user)) return true;
+    fault_site site = {.compute = compute, .node = next->index, .tensor = next->node};
+    return fault_plan_fire(be->base.faults, TSL_FAULT_ABORT, &site);
+}
+
+/* Cut n compute nodes into command buffers; returns how many are used.
+ * By default a command buffer gets at least VK_MIN_CB_NODES nodes (a small
+ * graph gains nothing from parallel encoding and pays a submission and a
+ * fence per command buffer); a count set explicitly is used as given. */
+static int vk_plan(vk_backend *be, int n) {
+    int ncb = be->n_cb < n ? be->n_cb : n;
+    if (!be->cb_explicit && ncb > 1 && n / ncb < VK_MIN_CB_NODES) ncb = n / VK_MIN_CB_NODES > 1 ? n / VK_MIN_CB_NODES : 1;
+    if (ncb <= 1) {
+        be->slots[0].first = 0;
+        be->slots[0].count = n;
+        return 1;
+    }
+    int main_n = n / ncb;
+    if (main_n > VK_MAIN_MAX_NODES) main_n = VK_MAIN_MAX_NODES;
+    if (main_n < 1) main_n = 1;
+    int rest = n - main_n, per = (rest + ncb - 2) / (ncb - 1);
+    be->slots[0].first = 0;
+    be->slots[0].count = main_n;
+    int used = 1, at = main_n;
+    while (at < n) {
+        int c = n - at < per ? n - at : per;
+        be->slots[used].first = at;
+        be->slots[used].count = c;
+        at += c;
+        used++;
+    }
+    return used;
+}
+
+static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
+    vk_device *d = be->dev;
+    if (be->pending) {
+        /* a compute nobody synchronized: finish it; its failure has no one
+         * left to report to but the log */
+        tsl_error old;
+        tsl_error_clear(&old);
+        if (vk_finish(be, &old) != TSL_SUCCESS) {
+            char line[512];
+            tsl_error_format(&old, line, sizeof line);
+            TSL_LOGW("a compute that was never synchronized failed: %s", line);
+        }
+    }
+    be->last = TSL_SUCCESS;
+    if (vk_device_is_lost(d)) return vk_device_lost_error(d, err);
+    uint64_t compute = atomic_load_explicit(&be->base.n_computes, memory_order_relaxed);
+    if (g->n_nodes > be->exec_cap) {
+        int cap = g->n_nodes < 64 ? 64 : g->n_nodes;
+        vk_exec *ex = realloc(be->exec, (size_t)cap * sizeof *ex);
+        if (!ex)
+            return error_set(err, TSL_ALLOC_FAILED, be->name, be->device, -1, NULL, NULL,
+                             "could not allocate the node list for %d nodes", g->n_nodes);
+        be->exec = ex;
+        be->exec_cap = cap;
+    }
+
+    /* 1. resolve */
+    uint64_t tr = vk_now_ns();
+    ledger_begin(&be->ledger, be->name, be->device);
+    ledger_sink_set(&be->ledger);
+    int n = vk_resolve(be, g, compute);
+    ledger_sink_clear(); /* lookups after this land in no sink and are only logged */
+    atomic_store_explicit(&be->base.resolve_ns, vk_now_ns() - tr, memory_order_relaxed);
+    be->n_exec = n;
+    if (ledger_failed(&be->ledger)) return ledger_result(&be->ledger, err);
+    if (vk_device_is_lost(d)) return vk_device_lost_error(d, err); /* a build found the device lost */
+    if (n == 0) return TSL_SUCCESS;
+
+    /* 2. encode and submit */
+    uint64_t t0 = vk_now_ns();
+    atomic_fetch_add_explicit(&be->st_computes, 1, memory_order_relaxed);
+    int used = vk_plan(be, n);
+    for (int s = 0; s < used; s++) {
+        vk_slot *sl = &be->slots[s];
+        sl->work_s = 0;
+        for (int k = 0; k < sl->count; k++) sl->work_s += be->exec[sl->first + k].cost_s;
+        sl->fence_pending = false;
+    }
+    memset(be->swords, 0, 4 * sizeof *be->swords);
+    if (used > 1 && !vk_ensure_threads(be, used - 1)) {
+        TSL_LOGW("%s: could not start encoder threads; encoding on the calling thread", be->name);
+        for (int s = 1; s < used; s++) be->slots[0].count += be->slots[s].count;
+        used = 1;
+    }
+    be->n_used = used;
+    be->pend_compute = compute;
+    if (used > 1) {
+        pthread_mutex_lock(&be->wlock);
+        be->job_slots = used;
+        for (int s = 1; s < used; s++) be->done[s] = false;
+        be->wgen++;
+        pthread_cond_broadcast(&be->wcv);
+        pthread_mutex_unlock(&be->wlock);
+    }
+    vk_encode_slot(be, 0);
+
+    tsl_status st = TSL_SUCCESS;
+    tsl_error rec;
+    tsl_error_clear(&rec);
+    int submitted = 0;
+    for (int s = 0; s < used; s++) {
+        vk_slot *sl = &be->slots[s];
+        const vk_exec *x = &be->exec[sl->first];
+        if (s > 0) vk_wait_done(be, s);
+        if (ledger_failed(&be->ledger)) {
+            st = TSL_FAILED; /* the record comes from the ledger once every encoder is done */
+            break;
+        }
+        if (s > 0 && vk_should_abort(be, compute, x)) {
+            st = error_set(&rec, TSL_ABORTED, be->name, be->device, x->index, x->node, NULL,
+                           "stopped by the abort callback before this node (%d of %d command buffers submitted)",
+                           submitted, used);
+            break;
+        }
+        fault_site site = {.compute = compute, .node = x->index, .tensor = x->node, .kernel = vk_first_kernel(be, sl)};
+        VkResult r;
+        if (fault_plan_fire(be->base.faults, TSL_FAULT_RETRY, &site)) {
+            r = VK_ERROR_OUT_OF_DEVICE_MEMORY; /* the driver's answer to work it cannot take now */
+        } else {
+            VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &sl->cb};
+            r = vkResetFences(d->dev, 1, &sl->fence); /* signaled by its last use */
+            if (r == VK_SUCCESS) {
+                pthread_mutex_lock(&d->qlock);
+                r = vkQueueSubmit(d->queue, 1, &si, sl->fence);
+                pthread_mutex_unlock(&d->qlock);
+            }
+        }
+        if (r != VK_SUCCESS) {
+            char what[160];
+            snprintf(what, sizeof what, "submitting command buffer %d of %d (nodes %d..%d; %d submitted before it)",
+                     s + 1, used, x->index, be->exec[sl->first + sl->count - 1].index, submitted);
+            st = vk_error(&rec, r, TSL_PHASE_SUBMIT, be->name, be->device, x->index, x->node, NULL, what);
+            if (st == TSL_DEVICE_LOST) vk_device_set_lost(d, &rec);
+            break;
+        }
+        sl->fence_pending = true;
+        submitted++;
+    }
+    for (int s = 1; s < used; s++) vk_wait_done(be, s); /* every encoder has left its block */
+    if (st == TSL_FAILED && ledger_failed(&be->ledger) && rec.status == TSL_SUCCESS)
+        st = ledger_result(&be->ledger, &rec);
+    atomic_fetch_add_explicit(&be->st_submits, (uint64_t)submitted, memory_order_relaxed);
+    uint64_t disp = 0, bar = 0;
+    double enc = 0;
+    for (int s = 0; s < used; s++) {
+        disp += be->slots[s].dispatches;
+        bar += be->slots[s].barriers;
+        enc += be->slots[s].encode_ms;
+    }
+    atomic_fetch_add_explicit(&be->st_dispatches, disp, memory_order_relaxed);
+    atomic_fetch_add_explicit(&be->st_barriers, bar, memory_order_relaxed);
+    be->st_encode_ms += enc;
+    be->last_us_per_node = (double)(vk_now_ns() - t0) / 1e3 / n;
+    be->last_cbs = used;
+
+    be->pending = true;
+    be->pend_status = st;
+    be->pend_err = rec;
+    if (st != TSL_SUCCESS && err) *err = rec;
+    return st;
+}
+
+static tsl_status vk_graph_compute_async(tsl_backend *b, tsl_graph *g, tsl_error *err) {
+    vk_backend *be = (vk_backend *)b;
+    if (atomic_exchange_explicit(&be->busy, 1, memory_order_acquire))
+        return error_set(err, TSL_FAILED, be->name, be->device, -1, NULL, NULL,
+                         "the backend is already computing a graph on another thread; use one backend per thread");
+    tsl_status s = vk_compute(be, g, err);
+    if (!be->pending) { /* failed before anything was submitted: synchronize repeats it */
+        be->last = s;
+        if (s != TSL_SUCCESS && err) be->last_err = *err;
+        else tsl_error_clear(&be->last_err);
+    }
+    atomic_store_explicit(&be->busy, 0, memory_order_release);
+    return s;
+}
+
+static tsl_status vk_synchronize(tsl_backend *b, tsl_error *err) {
+    vk_backend *be = (vk_backend *)b;
+    if (atomic_exchange_explicit(&be->busy, 1, memory_order_acquire))
+        return error_set(err, TSL_FAILED, be->name, be->device, -1, NULL, NULL,
+                         "synchronize while the backend is computing on another thread");
+    tsl_status s;
+    if (be->pending) {
+        s = vk_finish(be, err);
+    } else {
+        s = be->last;
+        if (s != TSL_SUCCESS && err) *err = be->last_err;
+    }
+    be->last = TSL_SUCCESS;
+    tsl_error_clear(&be->last_err);
+    atomic_store_explicit(&be->busy, 0, memory_order_release);
+    return s;
+}
+
+/* ---- buffers ---------------------------------------------------------------------- */
+
+static void *vk_buffer_alloc(tsl_backend *b, size_t size, void **base, tsl_error *err) {
+    vk_backend *be = (vk_backend *)b;
+    fault_site site = {.compute = atomic_load_explicit(&be->base.n_computes, memory_order_relaxed),
+                       .node = -1,
+                       .bytes = size};
+    if (fault_plan_fire(be->base.faults, TSL_FAULT_ALLOC, &site)) {
+        char what[96];
+        snprintf(what, sizeof what, "allocating a buffer of %zu bytes (injected fault)", size);
+        vk_error(err, VK_ERROR_OUT_OF_DEVICE_MEMORY, TSL_PHASE_ALLOC, be->name, be->device, -1, NULL, NULL, what);
+        return NULL;
+    }
+    if (vk_device_is_lost(be->dev)) {
+        vk_device_lost_error(be->dev, err);
+        return NULL;
+    }
+    vk_buf *vb = vk_mem_alloc(be->dev, size, be->name, err);
+    if (!vb) return NULL;
+    vb->owner = be;
+    *base = (void *)vb->va;
+    return vb;
+}
+
+static bool vk_fence_done(vk_device *d, VkFence f, uint64_t bound);
+
+/* Wait (bounded) for every command buffer this backend submitted, also
+ * those of a compute already reported (a loss is reported without waiting
+ * for the device). True when none is left running. */
+static bool vk_drain(vk_backend *be) {
+    vk_device *d = be->dev;
+    uint64_t bound = atomic_load(&d->hung) ? 1000000ull : VK_TEARDOWN_WAIT_NS;
+    if (be->watchdog_ms > 0 && (uint64_t)be->watchdog_ms * 1000000ull > bound)
+        bound = (uint64_t)be->watchdog_ms * 1000000ull;
+    bool done = true;
+    for (int s = 0; s < VK_MAX_CB; s++) {
+        vk_slot *sl = &be->slots[s];
+        if (!sl->fence_pending) continue;
+        if (!vk_fence_done(d, sl->fence, bound)) {
+            done = false;
+            continue;
+        }
+        if (!be->pending) sl->fence_pending = false; /* else synchronize still has to see it */
+    }
+    return done;
+}
+
+static void vk_buffer_free(tsl_backend *b, void *handle) {
+    vk_backend *be = (vk_backend *)b;
+    vk_buf *vb = handle;
+    /* Kernels in flight may still use the memory: it goes back only once
+     * they are done. On a device that never finishes it is kept (and the
+     * device's objects are left allocated at teardown) rather than handed
+     * to the next buffer while the GPU may still write it. */
+    if (!vk_drain(be)) {
+        atomic_store(&be->dev->unclean, 1);
+        TSL_LOGW("%s: a buffer was freed while work on %s had not finished; its memory is not reused", be->name,
+                 be->device);
+        free(vb);
+        return;
+    }
+    vk_mem_free(be->dev, vb);
+}
+
+static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host, size_t n, bool write,
+                              tsl_error *err);
+
+/* Recovery: new memory on the new device, behind the same address, zeroed
+ * (whatever is in it afterwards was really restored). */
+static tsl_status vk_buffer_recreate(tsl_backend *b, void **handle, size_t size, tsl_error *err) {
+    vk_backend *be = (vk_backend *)b;
+    vk_buf *vb = *handle;
+    fault_site site = {.compute = atomic_load_explicit(&be->base.n_computes, memory_order_relaxed),
+                       .node = -1,
+                       .bytes = size};
+    if (fault_plan_fire(be->base.faults, TSL_FAULT_ALLOC, &site)) {
+        char what[96];
+        snprintf(what, sizeof what, "reallocating a buffer of %zu bytes (injected fault)", size);
+        return vk_error(err, VK_ERROR_OUT_OF_DEVICE_MEMORY, TSL_PHASE_ALLOC, be->name, be->device, -1, NULL, NULL,
+                        what);
+    }
+    vk_buf *nb = vk_mem_alloc(be->dev, size, be->name, err);
+    if (!nb) return err ? err->status : TSL_ALLOC_FAILED;
+    uintptr_t va = vb->va;
+    vk_mem_free(be->dev, vb); /* a range of the old device just goes with its grave */
+    nb->va = va;              /* tensors hold base + offset */
+    nb->owner = be;
+    *handle = nb;
+    if (nb->blk->map) {
+        memset((char *)nb->blk->map + nb->off, 0, (size_t)nb->size);
+        return TSL_SUCCESS;
+    }
+    return vk_transfer(be, nb, 0, NULL, (size_t)nb->size, true, err);
+}
+
+static size_t vk_buffer_alignment(const tsl_backend *b) { return VK_ALIGN; }
+
+/* One staging copy of n bytes between host and [off, off + n) of vb. */
+static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host, size_t n, bool write,
+                              tsl_error *err) {
+    vk_device *d = be->dev;
+    pthread_mutex_lock(&be->xlock);
+    tsl_status st = TSL_SUCCESS;
+    bool fill = write && !host; /* zeros: no staging needed */
+    if (!fill && (!be->stage || be->stage_size < n)) {
+        size_t want = n < VK_STAGING_MIN ? VK_STAGING_MIN : n > VK_STAGING_MAX ? VK_STAGING_MAX : n;
+        if (want > be->stage_size) {
+            if (be->stage) {
+                vkDestroyBuffer(d->dev, be->stage, NULL);
+                vkFreeMemory(d->dev, be->stage_mem, NULL);
+                be->stage = VK_NULL_HANDLE;
+                be->stage_size = 0;
+            }
+            st = vk_host_buffer(d, want, &be->stage, &be->stage_mem, &be->stage_map, err, be->name);
+            if (st != TSL_SUCCESS) {
+                pthread_mutex_unlock(&be->xlock);
+                return st;
+            }
+            be->stage_size = want;
+        }
+    }
+    for (size_t done = 0; done < n && st == TSL_SUCCESS;) {
+        size_t c = fill ? n : n - done < be->stage_size ? n - done : be->stage_size;
+        if (write && !fill) memcpy(be->stage_map, (const char *)host + done, c);
+        VkResult r = vkResetCommandPool(d->dev, be->xpool, 0);
+        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                       .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+        if (r == VK_SUCCESS) r = vkBeginCommandBuffer(be->xcb, &bi);
+        if (r == VK_SUCCESS) {
+            vk_barrier(be->xcb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
+                       VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+            if (fill) {
+                vkCmdFillBuffer(be->xcb, vb->blk->buf, vb->off + off, (c + 3) / 4 * 4, 0);
+            } else {
+                VkBufferCopy region = {.srcOffset = write ? 0 : vb->off + off + done,
+                                       .dstOffset = write ? vb->off + off + done : 0,
+                                       .size = c};
+                vkCmdCopyBuffer(be->xcb, write ? be->stage : vb->blk->buf, write ? vb->blk->buf : be->stage, 1,
+                                &region);
+            }
+            vk_barrier(be->xcb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                       VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                       VK_ACCESS_HOST_READ_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+            r = vkEndCommandBuffer(be->xcb);
+        }
+        if (r == VK_SUCCESS) {
+            VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &be->xcb};
+            pthread_mutex_lock(&d->qlock);
+            r = vkQueueSubmit(d->queue, 1, &si, be->xfence);
+            pthread_mutex_unlock(&d->qlock);
+        }
+        if (r == VK_SUCCESS) {
+            uint64_t t0 = vk_now_ns(), bound = (uint64_t)((vk_watchdog_base(be) + (double)c / 1e9) * 1e9);
+            if (be->watchdog_ms > 0) bound = (uint64_t)be->watchdog_ms * 1000000ull;
+            do {
+                r = vkWaitForFences(d->dev, 1, &be->xfence, VK_TRUE, VK_WATCHDOG_SLICE_NS);
+            } while (r == VK_TIMEOUT && vk_now_ns() - t0 < bound);
+            if (r == VK_TIMEOUT) {
+                error_set(err, TSL_DEVICE_LOST, be->name, be->device, -1, NULL, NULL,
+                          "GPU hang: a copy of %zu bytes made no progress in %.1f s", c, (double)bound / 1e9);
+                if (err) {
+                    snprintf(err->driver_domain, sizeof err->driver_domain, "VkResult");
+                    err->driver_code = VK_TIMEOUT;
+                    snprintf(err->driver_text, sizeof err->driver_text, "VK_TIMEOUT");
+                }
+                atomic_store(&d->hung, 1);
+                if (err) vk_device_set_lost(d, err);
+                st = TSL_DEVICE_LOST;
+                break;
+            }
+            if (r == VK_SUCCESS) r = vkResetFences(d->dev, 1, &be->xfence);
+        }
+        if (r != VK_SUCCESS) {
+            st = vk_error(err, r, TSL_PHASE_SUBMIT, be->name, be->device, -1, NULL, NULL,
+                          write ? "copying into a device buffer" : "copying out of a device buffer");
+            if (st == TSL_DEVICE_LOST && err) vk_device_set_lost(d, err);
+            break;
+        }
+        if (!write) memcpy((char *)host + done, be->stage_map, c);
+        atomic_fetch_add_explicit(&be->st_transfers, 1, memory_order_relaxed);
+        done += c;
+    }
+    pthread_mutex_unlock(&be->xlock);
+    return st;
+}
+
+static tsl_status vk_buffer_io(tsl_backend *b, void *handle, size_t offset, void *host, size_t n, bool write,
+                               tsl_error *err) {
+    vk_backend *be = (vk_backend *)b;
+    vk_buf *vb = handle;
+    /* (no latch check: the common layer refuses copies on a lost device
+     * before they get here, and recovery's restores must get through) */
+    if (vb->gen != be->dev->gen)
+        return error_set(err, TSL_ALLOC_FAILED, be->name, be->device, -1, NULL, NULL,
+                         "the buffer got no memory when the device was recovered; recover again or free it");
+    if (offset > vb->size || n > vb->size - offset)
+        return error_set(err, TSL_FAILED, be->name, be->device, -1, NULL, NULL,
+                         "copy of %zu bytes at offset %zu is outside the %llu-byte buffer", n, offset,
+                         (unsigned long long)vb->size);
+    if (n == 0) return TSL_SUCCESS;
+    if (vb->blk->map) {
+        /* unified memory: the device's bytes are the host's, once the work
+         * in flight is done with them */
+        tsl_status s = vk_quiesce(be, err);
+        if (s != TSL_SUCCESS) return s;
+        char *p = (char *)vb->blk->map + vb->off + offset;
+        if (write) memcpy(p, host, n);
+        else memcpy(host, p, n);
+        return TSL_SUCCESS;
+    }
+    return vk_transfer(be, vb, offset, host, n, write, err);
+}
+
+static tsl_status vk_buffer_set(tsl_backend *b, void *handle, size_t offset, const void *src, size_t n, tsl_error *err) {
+    return vk_buffer_io(b, handle, offset, (void *)(uintptr_t)src, n, true, err);
+}
+
+static tsl_status vk_buffer_get(tsl_backend *b, void *handle, size_t offset, void *dst, size_t n, tsl_error *err) {
+    return vk_buffer_io(b, handle, offset, dst, n, false, err);
+}
+
+/* ---- the rest of the vtable ------------------------------------------------------- */
+
+static const char *vk_name(const tsl_backend *b) { return ((const vk_backend *)b)->name; }
+
+static const char *vk_device_name(const tsl_backend *b) { return ((const vk_backend *)b)->device; }
+
+static bool vk_supports_op(const tsl_backend *b, const tsl_tensor *node) {
+    const vk_backend *be = (const vk_backend *)b;
+    if (tsl_op_is_view(node->op) || node->op == TSL_OP_NONE) return true;
+    return vk_kernel_for(be->dev, node, (tsl_backend *)&be->base, true) >= 0;
+}
+
+/* Wait (bounded) for fence; true when it signaled. */
+static bool vk_fence_done(vk_device *d, VkFence f, uint64_t bound) {
+    if (!f) return true;
+    uint64_t t0 = vk_now_ns();
+    VkResult r;
+    do {
+        r = vkWaitForFences(d->dev, 1, &f, VK_TRUE, VK_WATCHDOG_SLICE_NS);
+    } while (r == VK_TIMEOUT && vk_now_ns() - t0 < bound);
+    return r == VK_SUCCESS;
+}
+
+/* The backend's own Vulkan objects: destroyed (gr NULL), or parked in the
+ * grave of the device recovery replaced, with the fences still pending. */
+static void vk_backend_objects_drop(vk_backend *be, vk_grave *gr) {
+    VkDevice dev = be->dev->dev;
+#define VK_DROP(kind, h, destroy, pending)                                   \
+    do {                                                                     \
+        if (h) {                                                             \
+            if (gr)                                                          \
+                vk_grave_add(gr, kind, (uint64_t)(uintptr_t)(h), pending);   \
+            else                                                             \
+                destroy(dev, h, NULL);                                       \
+        }                                                                    \
+        (h) = VK_NULL_HANDLE;                                                \
+    } while (0)
+    for (int s = 0; s < VK_MAX_CB; s++) {
+        vk_slot *sl = &be->slots[s];
+        for (int p = 0; p < sl->n_dpools; p++) VK_DROP(VK_GO_DPOOL, sl->dpools[p], vkDestroyDescriptorPool, false);
+        sl->n_dpools = sl->cur_dpool = 0;
+        VK_DROP(VK_GO_FENCE, sl->fence, vkDestroyFence, sl->fence_pending);
+        VK_DROP(VK_GO_CMDPOOL, sl->pool, vkDestroyCommandPool, false);
+        sl->cb = VK_NULL_HANDLE;
+        sl->fence_pending = false;
+    }
+    VK_DROP(VK_GO_FENCE, be->xfence, vkDestroyFence, false);
+    VK_DROP(VK_GO_CMDPOOL, be->xpool, vkDestroyCommandPool, false);
+    be->xcb = VK_NULL_HANDLE;
+    VK_DROP(VK_GO_BUFFER, be->stage, vkDestroyBuffer, false);
+    VK_DROP(VK_GO_MEMORY, be->stage_mem, vkFreeMemory, false);
+    be->stage_size = 0;
+    be->stage_map = NULL;
+    VK_DROP(VK_GO_BUFFER, be->sbuf, vkDestroyBuffer, false);
+    VK_DROP(VK_GO_MEMORY, be->smem, vkFreeMemory, false);
+    be->swords = NULL;
+#undef VK_DROP
+}
+
+static void vk_free(tsl_backend *b) {
+    vk_backend *be = (vk_backend *)b;
+    vk_device *d = be->dev;
+    pthread_mutex_lock(&be->wlock);
+    be->wquit = true;
+    pthread_cond_broadcast(&be->wcv);
+    pthread_mutex_unlock(&be->wlock);
+    for (int t = 0; t < be->n_threads; t++) pthread_join(be->threads[t], NULL);
+
+    /* Work still on the device must finish before its objects go; on a
+     * hung device it never will, and everything is left allocated. */
+    be->pending = false;
+    bool clean = vk_drain(be);
+    if (!clean) {
+        atomic_store(&d->unclean, 1);
+        TSL_LOGW("%s: work submitted to %s never finished; its command buffers are left allocated", be->name,
+                 be->device);
+    } else {
+        vk_backend_objects_drop(be, NULL);
+    }
+    for (int s = 0; s < VK_MAX_CB; s++) free(be->slots[s].dpools);
+    pthread_mutex_lock(&d->blist_lock);
+    for (vk_backend **pp = &d->backends; *pp; pp = &(*pp)->dnext)
+        if (*pp == be) {
+            *pp = be->dnext;
+            break;
+        }
+    pthread_mutex_unlock(&d->blist_lock);
+    vk_device_release(d);
+    pthread_mutex_destroy(&be->wlock);
+    pthread_cond_destroy(&be->wcv);
+    pthread_cond_destroy(&be->dcv);
+    pthread_mutex_destroy(&be->xlock);
+    free(be->exec);
+    backend_common_fini(&be->base);
+    free(be);
+}
+
+static void vk_vt_kernel_name(const tsl_backend *b, const tsl_tensor *node, char *buf, size_t n);
+static tsl_status vk_recover(tsl_backend *b, bool lost, tsl_error *err);
+static tsl_status vk_backend_objects(vk_backend *be, tsl_error *err);
+
+static const tsl_backend_vtable vk_vtable = {
+    .name = vk_name,
+    .device = vk_device_name,
+    .free = vk_free,
+    .buffer_alloc = vk_buffer_alloc,
+    .buffer_free = vk_buffer_free,
+    .buffer_alignment = vk_buffer_alignment,
+    .buffer_is_host = false,
+    .buffer_set = vk_buffer_set,
+    .buffer_get = vk_buffer_get,
+    .buffer_recreate = vk_buffer_recreate,
+    .supports_op = vk_supports_op,
+    .graph_compute_async = vk_graph_compute_async,
+    .synchronize = vk_synchronize,
+    .kernel_name = vk_vt_kernel_name,
+    .build_kernels = vk_backend_build_kernels,
+    .recover = vk_recover,
+};
+
+/* ---- kernels, all at once ----------------------------------------------------------- */
+
+/* tsl_backend_build_kernels: every kernel this device can run, built now
+ * and reported in table order (a failure cached on this backend is reported
+ * as it was, not rebuilt). The build boundary's "kernel" injection fires
+ * here too. Kernels needing a feature the device lacks are not this
+ * device's kernels: they are skipped, not failed. */
+int vk_backend_build_kernels(tsl_backend *b, tsl_kernel_fn fn, void *user) {
+    vk_backend *be = (vk_backend *)b;
+    vk_device *d = be->dev;
+    uint64_t compute = atomic_load_explicit(&be->base.n_computes, memory_order_relaxed);
+    int failed = 0;
+    for (int id = 0; id < VK_K_COUNT; id++) {
+        const char *name = vk_kernel_descs[id].name;
+        if (!d->k[id].runnable) continue;
+        tsl_error rec;
+        tsl_error_clear(&rec);
+        bool ok = !backend_kernel_failed(b, name, &rec);
+        if (ok) {
+            fault_site site = {.compute = compute, .node = -1, .kernel = name};
+            const vk_kernel *fk = NULL;
+            if (fault_plan_fire(be->base.faults, TSL_FAULT_KERNEL, &site)) {
+                vk_kernel_record(be, -1, NULL, id, NULL, &rec);
+                ok = false;
+            } else if (!vk_kernel_get(d, id, &fk)) {
+                vk_kernel_record(be, -1, NULL, id, fk, &rec);
+                ok = false;
+            }
+            if (!ok) backend_kernel_fail(b, name, &rec);
+        }
+        if (!ok) failed++;
+        if (fn) fn(name, ok ? TSL_SUCCESS : TSL_FAILED, ok ? NULL : &rec, user);
+    }
+    return failed;
+}
+
+static void vk_vt_kernel_name(const tsl_backend *b, const tsl_tensor *node, char *buf, size_t n) {
+    const vk_backend *be = (const vk_backend *)b;
+    int id = vk_kernel_for(be->dev, node, (tsl_backend *)b, true);
+    if (id < 0) id = vk_kernel_for(be->dev, node, (tsl_backend *)b, false);
+    snprintf(buf, n, "%s", id >= 0 ? vk_kernel_descs[id].name : "vulkan_none");
+}
+
+/* Recovery (tsl_backend_recover, FAULTS.md section 8). Without a loss:
+ * kernels that failed to build are built again on next use (the common
+ * layer drops this backend's failure cache; the device's is dropped here).
+ * After a loss: a new VkDevice is made first (nothing changes if it cannot
+ * be had); the old one, its kernels, memory and every backend's command
+ * pools go to a grave that is destroyed once its fences say it is idle, and
+ * never waited on (a hung GPU never is); every backend on the device gets
+ * new command pools, and the common layer then gives every buffer new
+ * memory behind its old address (vk_buffer_recreate) and restores the
+ * persistent ones. */
+static tsl_status vk_recover(tsl_backend *b, bool lost, tsl_error *err) {
+    vk_backend *be = (vk_backend *)b;
+    if (!lost) {
+        vk_pipeline_reset_failed(be->dev);
+        return TSL_SUCCESS;
+    }
+    vk_device *d = be->dev;
+    pthread_mutex_lock(&d->blist_lock);
+    /* every backend on the device is quiet for the swap: none may be
+     * encoding with the old device's objects (they refuse to compute on a
+     * lost device, but one may be just returning) */
+    vk_backend *held = NULL;
+    tsl_status s = TSL_SUCCESS;
+    for (vk_backend *b2 = d->backends; b2; b2 = b2->dnext) {
+        if (atomic_exchange_explicit(&b2->busy, 1, memory_order_acquire)) {
+            s = error_set(err, TSL_FAILED, be->name, be->device, -1, NULL, NULL,
+                          "recover: %s is computing on another thread; recover once it returns", b2->name);
+            held = b2;
+            break;
+        }
+    }
+    vk_grave *gr = NULL;
+    if (s == TSL_SUCCESS) s = vk_device_reopen(d, &gr, err);
+    if (s == TSL_SUCCESS) {
+        for (vk_backend *b2 = d->backends; b2; b2 = b2->dnext) {
+            /* the old device's objects go to its grave (not waited on); the
+             * work in flight there is forgotten: the loss was reported */
+            vk_backend_objects_drop(b2, gr);
+            b2->pending = false;
+            b2->last = TSL_SUCCESS;
+            tsl_error_clear(&b2->last_err);
+            tsl_status s2 = vk_backend_objects(b2, err);
+            if (s2 != TSL_SUCCESS && s == TSL_SUCCESS) s = s2;
+        }
+    }
+    for (vk_backend *b2 = d->backends; b2 && b2 != held; b2 = b2->dnext)
+        atomic_store_explicit(&b2->busy, 0, memory_order_release);
+    pthread_mutex_unlock(&d->blist_lock);
+    if (s == TSL_SUCCESS) vk_graves_collect(d, false); /* an old device already idle goes now */
+    return s;
+}
+
+/* ---- creation and settings ----------------------------------------------------------- */
+
+static int vk_env_int(const char *name, int lo, int hi, int def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    if (!end || *end || x < lo || x > hi) {
+        TSL_LOGW("%s=%s is not a number in [%d, %d]; using %d", name, v, lo, hi, def);
+        return def;
+    }
+    return (int)x;
+}
+
+static tsl_status vk_backend_objects(vk_backend *be, tsl_error *err) {
+    vk_device *d = be->dev;
+    VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                  .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
+                                  .queueFamilyIndex = d->qfam};
+    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    VkResult r = VK_SUCCESS;
+    for (int s = 0; s < VK_MAX_CB && r == VK_SUCCESS; s++) {
+        vk_slot *sl = &be->slots[s];
+        r = vkCreateCommandPool(d->dev, &pi, NULL, &sl->pool);
+        if (r != VK_SUCCESS) {
+            sl->pool = VK_NULL_HANDLE;
+            break;
+        }
+        VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                          .commandPool = sl->pool,
+                                          .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                          .commandBufferCount = 1};
+        r = vkAllocateCommandBuffers(d->dev, &ai, &sl->cb);
+        if (r == VK_SUCCESS) r = vkCreateFence(d->dev, &fi, NULL, &sl->fence);
+    }
+    if (r == VK_SUCCESS) r = vkCreateCommandPool(d->dev, &pi, NULL, &be->xpool);
+    if (r == VK_SUCCESS) {
+        VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                          .commandPool = be->xpool,
+                                          .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                          .commandBufferCount = 1};
+        r = vkAllocateCommandBuffers(d->dev, &ai, &be->xcb);
+    }
+    if (r == VK_SUCCESS) r = vkCreateFence(d->dev, &fi, NULL, &be->xfence);
+    if (r != VK_SUCCESS)
+        return vk_error(err, r, TSL_PHASE_ALLOC, be->name, be->device, -1, NULL, NULL, "creating command pools");
+    void *map = NULL;
+    tsl_status s = vk_host_buffer(d, 256, &be->sbuf, &be->smem, &map, err, be->name);
+    be->swords = map;
+    return s;
+}
+
+tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
+    if (device_index < 0) {
+        device_index = vk_device_pick(err);
+        if (device_index < 0) return NULL;
+    }
+    vk_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        error_set(err, TSL_ALLOC_FAILED, "vulkan", "", -1, NULL, NULL, "out of host memory creating the backend");
+        return NULL;
+    }
+    if (backend_common_init(&be->base, &vk_vtable, err) != TSL_SUCCESS) { /* e.g. a malformed TSL_FAULT */
+        free(be);
+        return NULL;
+    }
+    pthread_mutex_init(&be->wlock, NULL);
+    pthread_cond_init(&be->wcv, NULL);
+    pthread_cond_init(&be->dcv, NULL);
+    pthread_mutex_init(&be->xlock, NULL);
+    atomic_init(&be->busy, 0);
+    be->last = TSL_SUCCESS;
+    tsl_error_clear(&be->last_err);
+    be->dev = vk_device_acquire(device_index, err);
+    if (!be->dev) {
+        pthread_mutex_destroy(&be->wlock);
+        pthread_cond_destroy(&be->wcv);
+        pthread_cond_destroy(&be->dcv);
+        pthread_mutex_destroy(&be->xlock);
+        backend_common_fini(&be->base);
+        free(be);
+        return NULL;
+    }
+    /* one loss latch and one buffer list for every backend on the device */
+    backend_set_dev(&be->base, be->dev->bdev);
+    snprintf(be->name, sizeof be->name, "vulkan%d", device_index);
+    snprintf(be->device, sizeof be->device, "%s", be->dev->name);
+    be->n_cb = vk_env_int("TSL_VULKAN_CB", 1, VK_MAX_CB, VK_DEFAULT_CB);
+    be->cb_explicit = getenv("TSL_VULKAN_CB") != NULL;
+    be->watchdog_ms = vk_env_int("TSL_VULKAN_WATCHDOG_MS", 0, INT_MAX, 0);
+    pthread_mutex_lock(&be->dev->blist_lock);
+    be->dnext = be->dev->backends;
+    be->dev->backends = be;
+    pthread_mutex_unlock(&be->dev->blist_lock);
+    if (vk_backend_objects(be, err) != TSL_SUCCESS) {
+        vk_free(&be->base);
+        return NULL;
+    }
+    return &be->base;
+}
+
+bool tsl_backend_is_vulkan(const tsl_backend *b) { return b && b->vt == &vk_vtable; }
+
+tsl_status tsl_backend_vulkan_info(const tsl_backend *b, tsl_vulkan_device_info *info, tsl_error *err) {
+    if (!tsl_backend_is_vulkan(b) || !info)
+        return error_set(err, TSL_FAILED, b ? tsl_backend_name(b) : "", b ? tsl_backend_device(b) : "", -1, NULL, NULL,
+                         "vulkan_info: %s", info ? "not a Vulkan backend" : "info is NULL");
+    *info = ((const vk_backend *)b)->dev->info;
+    return TSL_SUCCESS;
+}
+
+tsl_status tsl_backend_vulkan_set_command_buffers(tsl_backend *b, int n, tsl_error *err) {
+    if (!tsl_backend_is_vulkan(b))
+        return error_set(err, TSL_FAILED, b ? tsl_backend_name(b) : "", b ? tsl_backend_device(b) : "", -1, NULL, NULL,
+                         "vulkan_set_command_buffers: not a Vulkan backend");
+    vk_backend *be = (vk_backend *)b;
+    if (n < 1 || n > VK_MAX_CB)
+        return error_set(err, TSL_FAILED, be->name, be->device, -1, NULL, NULL,
+                         "vulkan_set_command_buffers: %d is not in [1, %d]", n, VK_MAX_CB);
+    be->n_cb = n;
+    be->cb_explicit = true;
+    return TSL_SUCCESS;
+}
+
+void tsl_backend_vulkan_set_watchdog_ms(tsl_backend *b, int ms) {
+    if (!tsl_backend_is_vulkan(b)) return;
+    ((vk_backend *)b)->watchdog_ms = ms > 0 ? ms : 0;
+}
+
+tsl_status tsl_backend_vulkan_stats(const tsl_backend *b, tsl_vulkan_stats *out) {
+    if (!tsl_backend_is_vulkan(b) || !out) return TSL_FAILED;
+    const vk_backend *be = (const vk_backend *)b;
+    memset(out, 0, sizeof *out);
+    out->computes = atomic_load(&be->st_computes);
+    out->submits = atomic_load(&be->st_submits);
+    out->dispatches = atomic_load(&be->st_dispatches);
+    out->barriers = atomic_load(&be->st_barriers);
+    out->transfers = atomic_load(&be->st_transfers);
+    out->encode_ms = be->st_encode_ms;
+    out->last_encode_us_per_node = be->last_us_per_node;
+    out->last_command_buffers = be->last_cbs;
+    out->validation_errors = vk_validation_errors();
+    return TSL_SUCCESS;
+}
+
+tsl_status vk_test_set_kernel(tsl_backend *b, const char *name, const uint32_t *spv, size_t size, const char *entry,
+                              tsl_error *err) {
+    vk_device *d = vk_backend_dev(b);
+    if (!d) return error_set(err, TSL_FAILED, "", "", -1, NULL, NULL, "vk_test_set_kernel: not a Vulkan backend");
+    for (int id = 0; id < VK_K_COUNT; id++)
+        if (name && strcmp(vk_kernel_descs[id].name, name) == 0) return vk_kernel_override(d, id, spv, size, entry, err);
+    return error_set(err, TSL_FAILED, ((vk_backend *)b)->name, ((vk_backend *)b)->device, -1, NULL, NULL,
+                     "vk_test_set_kernel: no kernel named '%s'", name ? name : "(null)");
+}

@@ -1,0 +1,398 @@
+/*
+ * vk_ops.c - which Vulkan kernel serves a node, and how it is launched
+ * (push constants and grid).
+ *
+ * vk_kernel_for is the single place deciding whether this backend can run a
+ * node as built: op, the types of the result and of each source, layouts the
+ * kernels read (every stride a whole number of the binding's elements; rows
+ * of block formats dense), and the device's limits (a tensor must fit one
+ * storage-buffer binding, maxStorageBufferRange; element indices are 32-bit).
+ * The shape rules repeat the CPU backend's (src/cpu/ops.c), so what one
+ * accepts the other computes the same way; anything else is answered false,
+ * and the scheduler runs it on the CPU.
+ *
+ * Strides reach the kernels as element strides (byte strides divided by the
+ * element size the binding is read with: 4 for F32/I32, 2 for F16 and for
+ * block formats, which are read as 16-bit words), and each tensor's first
+ * element as an element offset within its binding, so views, permutes and
+ * transposes are read in place.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "vulkan/vk.h"
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+/* ---- layout checks ----------------------------------------------------------- */
+
+static bool is_f32(const tsl_tensor *t) { return t && t->type == TSL_TYPE_F32; }
+
+static int esize_of(tsl_type t) {
+    switch (t) {
+    case TSL_TYPE_F32:
+    case TSL_TYPE_I32: return 4;
+    case TSL_TYPE_F16:
+    case TSL_TYPE_Q8_0:
+    case TSL_TYPE_Q4_0: return 2;
+    default: return 0;
+    }
+}
+
+/* Can t be bound and indexed by a kernel reading it as es-byte elements? */
+static bool vk_layout_ok(const vk_device *d, const tsl_tensor *t) {
+    int es = esize_of(t->type);
+    if (!es) return false;
+    if (tsl_type_is_quantized(t->type)) {
+        if (t->nb[0] != tsl_type_block_size(t->type) || t->ne[0] % tsl_type_block_len(t->type) != 0) return false;
+    } else if (t->nb[0] % (size_t)es) {
+        return false;
+    }
+    for (int i = 1; i < TSL_MAX_DIMS; i++)
+        if (t->nb[i] % (size_t)es) return false;
+    int64_t n = tsl_nelements(t);
+    if (n < 0 || n > (int64_t)UINT32_MAX) return false;
+    /* the binding starts at most one offset alignment before the tensor */
+    uint64_t span = (uint64_t)tsl_nbytes(t) + d->props.limits.minStorageBufferOffsetAlignment + 4;
+    return span <= d->props.limits.maxStorageBufferRange;
+}
+
+static bool vk_unary_f32(const tsl_tensor *n) {
+    return is_f32(n) && is_f32(n->src[0]) && tsl_same_shape(n, n->src[0]);
+}
+
+static bool vk_binary_f32(const tsl_tensor *n) {
+    const tsl_tensor *a = n->src[0], *b = n->src[1];
+    if (!is_f32(n) || !is_f32(a) || !is_f32(b) || !tsl_same_shape(n, a)) return false;
+    for (int i = 0; i < TSL_MAX_DIMS; i++)
+        if (b->ne[i] <= 0 || a->ne[i] % b->ne[i] != 0) return false;
+    return true;
+}
+
+static bool vk_cpy_type(tsl_type t) { return t == TSL_TYPE_F32 || t == TSL_TYPE_F16; }
+
+static bool vk_table_type(tsl_type t) {
+    return t == TSL_TYPE_F32 || t == TSL_TYPE_F16 || t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0;
+}
+
+/* Candidates for node, best first; returns how many (0: no kernel). */
+static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[2]) {
+    const tsl_tensor *a = n->src[0], *b = n->src[1];
+    if (!a) return 0;
+    switch (n->op) {
+    case TSL_OP_ADD:
+    case TSL_OP_SUB:
+    case TSL_OP_MUL:
+    case TSL_OP_DIV:
+        if (!vk_binary_f32(n)) return 0;
+        cand[0] = n->op == TSL_OP_ADD ? VK_K_ADD_F32 : n->op == TSL_OP_SUB ? VK_K_SUB_F32
+                : n->op == TSL_OP_MUL ? VK_K_MUL_F32 : VK_K_DIV_F32;
+        return 1;
+    case TSL_OP_SWIGLU:
+        if (!vk_unary_f32(n) || !is_f32(b) || !tsl_same_shape(a, b)) return 0;
+        cand[0] = VK_K_SWIGLU_F32;
+        return 1;
+    case TSL_OP_SCALE:
+    case TSL_OP_SQR:
+    case TSL_OP_SQRT:
+    case TSL_OP_SILU:
+    case TSL_OP_GELU:
+        if (!vk_unary_f32(n)) return 0;
+        cand[0] = n->op == TSL_OP_SCALE ? VK_K_SCALE_F32 : n->op == TSL_OP_SQR ? VK_K_SQR_F32
+                : n->op == TSL_OP_SQRT ? VK_K_SQRT_F32 : n->op == TSL_OP_SILU ? VK_K_SILU_F32 : VK_K_GELU_F32;
+        return 1;
+    case TSL_OP_DUP:
+    case TSL_OP_CONT:
+    case TSL_OP_CPY:
+        if (!vk_cpy_type(a->type) || !vk_cpy_type(n->type) || tsl_nelements(a) != tsl_nelements(n)) return 0;
+        if (a->type == TSL_TYPE_F32)
+            cand[0] = n->type == TSL_TYPE_F32 ? VK_K_CPY_F32_F32 : VK_K_CPY_F32_F16;
+        else
+            cand[0] = n->type == TSL_TYPE_F32 ? VK_K_CPY_F16_F32 : VK_K_CPY_F16_F16;
+        return 1;
+    case TSL_OP_GET_ROWS:
+        if (!vk_table_type(a->type) || !b || b->type != TSL_TYPE_I32 || !is_f32(n)) return 0;
+        if (n->ne[0] != a->ne[0] || n->ne[1] != b->ne[0] || n->ne[2] != b->ne[1] || n->ne[3] != b->ne[2]) return 0;
+        if (a->ne[2] != n->ne[2] || a->ne[3] != n->ne[3]) return 0;
+        if (a->nb[0] != tsl_type_block_size(a->type)) return 0;
+        cand[0] = a->type == TSL_TYPE_F32 ? VK_K_GET_ROWS_F32 : a->type == TSL_TYPE_F16 ? VK_K_GET_ROWS_F16
+                : a->type == TSL_TYPE_Q8_0 ? VK_K_GET_ROWS_Q8_0 : VK_K_GET_ROWS_Q4_0;
+        return 1;
+    case TSL_OP_MUL_MAT: {
+        if (!b || !vk_table_type(a->type) || !is_f32(b) || !is_f32(n) || n->nb[0] != sizeof(float)) return 0;
+        if (a->nb[0] != tsl_type_block_size(a->type) || a->ne[0] != b->ne[0]) return 0;
+        if (tsl_type_is_quantized(a->type) && a->ne[0] % tsl_type_block_len(a->type) != 0) return 0;
+        if (a->ne[2] <= 0 || a->ne[3] <= 0 || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0) return 0;
+        if (n->ne[0] != a->ne[1] || n->ne[1] != b->ne[1] || n->ne[2] != b->ne[2] || n->ne[3] != b->ne[3]) return 0;
+        if ((uint64_t)b->ne[2] * (uint64_t)b->ne[3] > d->props.limits.maxComputeWorkGroupCount[2]) return 0;
+        int tiled = a->type == TSL_TYPE_F32 ? VK_K_MUL_MAT_F32 : a->type == TSL_TYPE_F16 ? VK_K_MUL_MAT_F16
+                  : a->type == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_Q8_0 : VK_K_MUL_MAT_Q4_0;
+        int k = 0;
+        if (b->ne[1] == 1) cand[k++] = tiled + (VK_K_MUL_MAT_VEC_F32 - VK_K_MUL_MAT_F32);
+        cand[k++] = tiled;
+        return k;
+    }
+    case TSL_OP_RMS_NORM:
+    case TSL_OP_NORM:
+        if (!vk_unary_f32(n)) return 0;
+        cand[0] = n->op == TSL_OP_RMS_NORM ? VK_K_RMS_NORM_F32 : VK_K_NORM_F32;
+        return 1;
+    case TSL_OP_SUM_ROWS:
+    case TSL_OP_MEAN:
+        if (!is_f32(a) || !is_f32(n) || n->ne[0] != 1 || n->ne[1] != a->ne[1] || n->ne[2] != a->ne[2] ||
+            n->ne[3] != a->ne[3])
+            return 0;
+        cand[0] = n->op == TSL_OP_SUM_ROWS ? VK_K_SUM_ROWS_F32 : VK_K_MEAN_F32;
+        return 1;
+    case TSL_OP_SOFT_MAX:
+        if (!vk_unary_f32(n)) return 0;
+        if (b) {
+            if (b->type != TSL_TYPE_F32 && b->type != TSL_TYPE_F16) return 0;
+            if (b->ne[0] != a->ne[0] || b->ne[1] < a->ne[1] || b->ne[2] <= 0 || b->ne[3] <= 0 ||
+                a->ne[2] % b->ne[2] != 0 || a->ne[3] % b->ne[3] != 0)
+                return 0;
+            cand[0] = b->type == TSL_TYPE_F32 ? VK_K_SOFT_MAX_F32_MASK_F32 : VK_K_SOFT_MAX_F32_MASK_F16;
+        } else {
+            cand[0] = VK_K_SOFT_MAX_F32;
+        }
+        return 1;
+    case TSL_OP_ROPE: {
+        const tsl_tensor *ff = n->src[2];
+        int n_dims = op_get_i32(n, 0), mode = op_get_i32(n, 1);
+        if (!vk_unary_f32(n) || !b || b->type != TSL_TYPE_I32 || b->ne[0] < n->ne[2]) return 0;
+        if (n_dims <= 0 || n_dims % 2 != 0 || n_dims > n->ne[0]) return 0;
+        if (mode != TSL_ROPE_NORMAL && mode != TSL_ROPE_NEOX) return 0;
+        if (ff && (!is_f32(ff) || ff->ne[0] < n_dims / 2)) return 0;
+        cand[0] = VK_K_ROPE_F32;       /* angles in double */
+        cand[1] = VK_K_ROPE_F32_FP32;  /* devices without shaderFloat64 */
+        return 2;
+    }
+    default: return 0;
+    }
+}
+
+int vk_kernel_for(const vk_device *d, const tsl_tensor *n, tsl_backend *be, bool usable_only) {
+    if (!n || !tsl_type_valid((int)n->type) || !vk_layout_ok(d, n)) return -1;
+    for (int i = 0; i < TSL_MAX_SRC; i++)
+        if (n->src[i] && !vk_layout_ok(d, n->src[i])) return -1;
+    /* The first candidate the device can run is the node's kernel. If it
+     * failed, the op moves to another backend (FAULTS.md section 6) rather
+     * than to a variant of this one: a variant may be slower or less
+     * precise (rope without doubles), and the caller asked for this one. */
+    int cand[2];
+    int nc = vk_candidates(d, n, cand);
+    for (int i = 0; i < nc; i++) {
+        const vk_kernel *k = &d->k[cand[i]];
+        if (!k->runnable) continue;
+        bool bad = atomic_load_explicit(&k->state, memory_order_acquire) == VK_KS_FAILED ||
+                   (be && backend_kernel_any_failed(be) && backend_kernel_failed(be, vk_kernel_descs[cand[i]].name, NULL));
+        return bad && usable_only ? -1 : cand[i];
+    }
+    return -1;
+}
+
+/* ---- launch parameters --------------------------------------------------------- */
+
+static uint32_t u32(int64_t v) { return (uint32_t)v; }
+
+static uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Strides of t in elements of es bytes, dims from..3, into pc. */
+static uint32_t *put_strides(uint32_t *pc, const tsl_tensor *t, int es, int from) {
+    for (int i = from; i < TSL_MAX_DIMS; i++) *pc++ = u32((int64_t)(t->nb[i] / (size_t)es));
+    return pc;
+}
+
+static uint32_t *put_ne(uint32_t *pc, const tsl_tensor *t) {
+    for (int i = 0; i < TSL_MAX_DIMS; i++) *pc++ = u32(t->ne[i]);
+    return pc;
+}
+
+/* groups workgroups folded into x and y within the device's limits. */
+static void vk_grid(const vk_device *d, uint64_t groups, uint32_t grid[3]) {
+    uint64_t mx = d->props.limits.maxComputeWorkGroupCount[0];
+    if (groups <= mx) {
+        grid[0] = (uint32_t)groups;
+        grid[1] = 1;
+    } else {
+        grid[0] = (uint32_t)mx;
+        grid[1] = (uint32_t)((groups + mx - 1) / mx);
+    }
+    grid[2] = 1;
+}
+
+static double rope_corr_dim(int n_dims, int n_ctx_orig, double n_rot, double base) {
+    return n_dims * log(n_ctx_orig / (n_rot * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]) {
+    const tsl_tensor *n = x->node, *a = n->src[0], *b = n->src[1];
+    const uint8_t *es = vk_kernel_descs[x->kernel].esize;
+    uint32_t *p = pc;
+    memset(pc, 0, VK_PC_WORDS * sizeof *pc);
+    switch (x->kernel) {
+    case VK_K_ADD_F32:
+    case VK_K_SUB_F32:
+    case VK_K_MUL_F32:
+    case VK_K_DIV_F32:
+    case VK_K_SWIGLU_F32:
+    case VK_K_SCALE_F32:
+    case VK_K_SQR_F32:
+    case VK_K_SQRT_F32:
+    case VK_K_SILU_F32:
+    case VK_K_GELU_F32: {
+        bool bin = es[1] != 0;
+        p = put_ne(p, n);
+        p = put_strides(p, a, 4, 0);
+        if (bin) p = put_strides(p, b, 4, 0);
+        else p += 4;
+        p = put_strides(p, n, 4, 0);
+        for (int i = 0; i < TSL_MAX_DIMS; i++) *p++ = bin ? u32(b->ne[i]) : 1;
+        *p++ = x->b[0].eoff;
+        *p++ = bin ? x->b[1].eoff : 0;
+        *p++ = x->b[3].eoff;
+        *p++ = x->kernel == VK_K_SCALE_F32 ? f2u(op_get_f32(n, 0)) : 0;
+        vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
+        break;
+    }
+    case VK_K_CPY_F32_F32:
+    case VK_K_CPY_F32_F16:
+    case VK_K_CPY_F16_F32:
+    case VK_K_CPY_F16_F16:
+        p = put_ne(p, a);
+        p = put_strides(p, a, es[0], 0);
+        p = put_ne(p, n);
+        p = put_strides(p, n, es[3], 0);
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[3].eoff;
+        vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
+        break;
+    case VK_K_GET_ROWS_F32:
+    case VK_K_GET_ROWS_F16:
+    case VK_K_GET_ROWS_Q8_0:
+    case VK_K_GET_ROWS_Q4_0:
+        p = put_ne(p, n);
+        p = put_strides(p, n, 4, 0);
+        p = put_strides(p, a, es[0], 1);
+        p = put_strides(p, b, 4, 0); /* indices: three dims used */
+        p--;                         /* (the 4th stride slot is not in the layout) */
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[1].eoff;
+        *p++ = x->b[3].eoff;
+        *p++ = u32(a->ne[1]);
+        *p++ = (uint32_t)x->index;
+        vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
+        break;
+    case VK_K_MUL_MAT_F32:
+    case VK_K_MUL_MAT_F16:
+    case VK_K_MUL_MAT_Q8_0:
+    case VK_K_MUL_MAT_Q4_0:
+    case VK_K_MUL_MAT_VEC_F32:
+    case VK_K_MUL_MAT_VEC_F16:
+    case VK_K_MUL_MAT_VEC_Q8_0:
+    case VK_K_MUL_MAT_VEC_Q4_0: {
+        const int64_t M = a->ne[1], N = b->ne[1], K = a->ne[0];
+        *p++ = u32(M);
+        *p++ = u32(N);
+        *p++ = u32(K);
+        p = put_strides(p, a, es[0], 1);
+        p = put_strides(p, b, 4, 0);
+        p = put_strides(p, n, 4, 1);
+        *p++ = u32(b->ne[2] / a->ne[2]);
+        *p++ = u32(b->ne[3] / a->ne[3]);
+        *p++ = u32(b->ne[2]);
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[1].eoff;
+        *p++ = x->b[3].eoff;
+        uint64_t batches = (uint64_t)b->ne[2] * (uint64_t)b->ne[3];
+        if (x->kernel >= VK_K_MUL_MAT_VEC_F32) {
+            vk_grid(d, ((uint64_t)M + 1) / 2, grid); /* MV_ROWS = 2 */
+        } else {
+            grid[0] = (uint32_t)((M + 63) / 64);
+            grid[1] = (uint32_t)((N + 63) / 64);
+        }
+        grid[2] = (uint32_t)batches;
+        break;
+    }
+    case VK_K_RMS_NORM_F32:
+    case VK_K_NORM_F32:
+    case VK_K_SUM_ROWS_F32:
+    case VK_K_MEAN_F32:
+        p = put_ne(p, a);
+        p = put_strides(p, a, 4, 0);
+        p = put_strides(p, n, 4, 0);
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[3].eoff;
+        *p++ = (x->kernel == VK_K_RMS_NORM_F32 || x->kernel == VK_K_NORM_F32) ? f2u(op_get_f32(n, 0)) : 0;
+        vk_grid(d, (uint64_t)tsl_nrows(a), grid);
+        break;
+    case VK_K_SOFT_MAX_F32:
+    case VK_K_SOFT_MAX_F32_MASK_F32:
+    case VK_K_SOFT_MAX_F32_MASK_F16: {
+        bool masked = es[1] != 0;
+        p = put_ne(p, a);
+        p = put_strides(p, a, 4, 0);
+        p = put_strides(p, n, 4, 0);
+        if (masked) p = put_strides(p, b, es[1], 0);
+        else p += 4;
+        *p++ = masked ? u32(b->ne[2]) : 1;
+        *p++ = masked ? u32(b->ne[3]) : 1;
+        *p++ = x->b[0].eoff;
+        *p++ = masked ? x->b[1].eoff : 0;
+        *p++ = x->b[3].eoff;
+        *p++ = f2u(op_get_f32(n, 0));
+        vk_grid(d, (uint64_t)tsl_nrows(a), grid);
+        break;
+    }
+    case VK_K_ROPE_F32:
+    case VK_K_ROPE_F32_FP32: {
+        const tsl_tensor *ff = n->src[2];
+        int n_dims = op_get_i32(n, 0), mode = op_get_i32(n, 1), n_ctx_orig = op_get_i32(n, 2);
+        double base = op_get_f32(n, 3), fscale = op_get_f32(n, 4), ext = op_get_f32(n, 5);
+        double attn = op_get_f32(n, 6), beta_fast = op_get_f32(n, 7), beta_slow = op_get_f32(n, 8);
+        double corr0 = 0, corr1 = 0;
+        if (ext != 0 && n_ctx_orig > 0) {
+            double start = floor(rope_corr_dim(n_dims, n_ctx_orig, beta_fast, base));
+            double end = ceil(rope_corr_dim(n_dims, n_ctx_orig, beta_slow, base));
+            corr0 = start > 0 ? start : 0;
+            corr1 = end < n_dims - 1 ? end : n_dims - 1;
+        }
+        double mscale = attn;
+        if (ext != 0) mscale *= 1.0 + 0.1 * log(1.0 / fscale);
+        double theta = pow(base, -2.0 / n_dims);
+        float hi = (float)theta, lo = (float)(theta - (double)hi);
+        p = put_ne(p, a);
+        p = put_strides(p, a, 4, 0);
+        p = put_strides(p, n, 4, 0);
+        *p++ = (uint32_t)n_dims;
+        *p++ = (mode & TSL_ROPE_NEOX) ? 1u : 0u;
+        *p++ = ff ? 1u : 0u;
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[1].eoff;
+        *p++ = ff ? x->b[2].eoff : 0;
+        *p++ = x->b[3].eoff;
+        *p++ = u32((int64_t)(b->nb[0] / 4));
+        *p++ = ff ? u32((int64_t)(ff->nb[0] / 4)) : 0;
+        *p++ = f2u((float)fscale);
+        *p++ = f2u((float)ext);
+        *p++ = f2u((float)mscale);
+        *p++ = f2u((float)corr0);
+        *p++ = f2u((float)corr1);
+        *p++ = f2u(hi);
+        *p++ = f2u(lo);
+        uint64_t per_row = (uint64_t)(n_dims / 2) + (uint64_t)(a->ne[0] - n_dims);
+        vk_grid(d, (per_row * (uint64_t)tsl_nrows(a) + 255) / 256, grid);
+        break;
+    }
+    default:
+        grid[0] = grid[1] = grid[2] = 0;
+        break;
+    }
+    return (uint32_t)((p - pc) * sizeof *pc);
+}

@@ -1,0 +1,894 @@
+/*
+ * test_vk_ops.c - every op and type the Vulkan backend supports, computed on
+ * Vulkan and compared with the CPU backend computing the same graph.
+ *
+ * Each case is a small graph built twice from the same description: once for
+ * the CPU (the reference) and once for Vulkan, with the same input values
+ * (a PRNG seeded per case and input). Shapes are random (odd sizes, 1s,
+ * sizes that are not multiples of the kernels' tiles), inputs are read
+ * through views, permutes and transposes, and binary ops broadcast. For
+ * block-format weights the CPU reference gets F32 weights holding exactly
+ * the dequantized values, so the comparison measures the kernel, not the
+ * CPU's own activation quantization. Tolerances are per op family and
+ * stated beside the cases; every family prints its largest error.
+ *
+ * Also here: a llama-shaped block end to end; the same graphs encoded into 1
+ * and 9 command buffers giving identical bytes; the descriptor-pool and
+ * staging paths (forced by environment) on the same cases; two backends on
+ * one device computing from two threads at once; supports_op saying no to
+ * what has no kernel.
+ *
+ * The Vulkan device is whatever the loader finds; on a machine with only
+ * Mesa's lavapipe installed (mesa-vulkan-drivers) the test points the loader
+ * at its ICD file if nothing else is found. With no device at all it prints
+ * why and passes, unless TSL_REQUIRE_VULKAN is set (CI), where it fails.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef TSL_HAVE_VULKAN
+/* A library built without the Vulkan backend (no loader headers or glslc at
+ * build time): nothing to test, unless CI demands it. */
+int main(void) {
+    if (getenv("TSL_REQUIRE_VULKAN")) {
+        fprintf(stderr, "FAIL: this build has no Vulkan backend and TSL_REQUIRE_VULKAN is set\n");
+        return 1;
+    }
+    printf("skipped: this build has no Vulkan backend\n");
+    return 0;
+}
+#else
+
+#include <glob.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensile/backend.h"
+#include "test.h"
+
+static tsl_backend *g_cpu, *g_vk;
+
+/* ---- finding a device --------------------------------------------------------- */
+
+static int vkt_devices(void) {
+    int n = tsl_vulkan_device_count();
+    if (n > 0 || getenv("VK_ICD_FILENAMES") || getenv("VK_DRIVER_FILES")) return n;
+    /* a CI machine with only mesa-vulkan-drivers: point the loader at lavapipe */
+    glob_t gl;
+    if (glob("/usr/share/vulkan/icd.d/lvp_icd*.json", 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
+        setenv("VK_DRIVER_FILES", gl.gl_pathv[0], 1);
+        setenv("VK_ICD_FILENAMES", gl.gl_pathv[0], 1);
+        n = tsl_vulkan_device_count();
+    }
+    globfree(&gl);
+    return n;
+}
+
+/* ---- cases -------------------------------------------------------------------- */
+
+enum { IN_VAL, IN_POSITIVE, IN_INT, IN_MASK };
+
+typedef struct vkt_in {
+    tsl_tensor *t;
+    int kind;
+    tsl_type qtype; /* values are rounded through this type (weights) */
+    float p;        /* IN_INT: values in [0, p); IN_MASK: share of -inf; IN_VAL: scale */
+} vkt_in;
+
+typedef struct vkt_case {
+    tsl_tensor *out;  /* what the graph computes */
+    tsl_tensor *read; /* what is compared (out when NULL) */
+    vkt_in in[24];
+    int n_in;
+} vkt_case;
+
+/* Build the case into ctx; ref: the CPU reference (block-format weights as
+ * F32 holding their dequantized values). */
+typedef void (*vkt_build)(tsl_context *ctx, vkt_case *c, const void *arg, bool ref);
+
+static tsl_tensor *vkt_input(tsl_context *ctx, vkt_case *c, int kind, tsl_type type, float p, int64_t ne0,
+                             int64_t ne1, int64_t ne2, int64_t ne3) {
+    tsl_tensor *t = tsl_new_tensor_4d(ctx, type, ne0, ne1, ne2, ne3);
+    c->in[c->n_in++] = (vkt_in){t, kind, type, p};
+    return t;
+}
+
+/* Weights of type qt, or F32 holding the same values for the reference. */
+static tsl_tensor *vkt_weight(tsl_context *ctx, vkt_case *c, tsl_type qt, bool ref, int64_t ne0, int64_t ne1,
+                              int64_t ne2, int64_t ne3) {
+    tsl_tensor *t = tsl_new_tensor_4d(ctx, ref ? TSL_TYPE_F32 : qt, ne0, ne1, ne2, ne3);
+    c->in[c->n_in++] = (vkt_in){t, IN_VAL, qt, 1.0f};
+    return t;
+}
+
+static bool vkt_fill(const vkt_in *in, unsigned long long seed, tsl_error *err) {
+    tsl_tensor *t = in->t;
+    int64_t n = tsl_nelements(t);
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    size_t bytes = tsl_nbytes(t);
+    void *raw = malloc(bytes ? bytes : 1);
+    if (!v || !raw) {
+        free(v);
+        free(raw);
+        return false;
+    }
+    unsigned long long s = seed * 0x9E3779B97F4A7C15ull + 12345;
+    for (int64_t i = 0; i < n; i++) {
+        switch (in->kind) {
+        case IN_POSITIVE: v[i] = test_rand_f(&s, 0.1f, 2.0f); break;
+        case IN_INT: v[i] = (float)(int)test_rand_f(&s, 0.0f, in->p); break;
+        case IN_MASK: v[i] = test_rand_f(&s, 0, 1) < in->p ? -INFINITY : test_rand_f(&s, -2.0f, 0.5f); break;
+        default: v[i] = test_rand_f(&s, -1.0f, 1.0f) * in->p; break;
+        }
+    }
+    /* round through the weight type first, so F32 references hold exactly
+     * the values the block format stores */
+    if (in->qtype != TSL_TYPE_F32 && in->qtype != t->type && in->kind == IN_VAL) {
+        size_t qb = tsl_row_size(in->qtype, n);
+        void *q = malloc(qb ? qb : 1);
+        if (q) {
+            tsl_quantize(in->qtype, v, q, n);
+            tsl_dequantize(in->qtype, q, v, n);
+            free(q);
+        }
+    }
+    switch (t->type) {
+    case TSL_TYPE_I32:
+        for (int64_t i = 0; i < n; i++) ((int32_t *)raw)[i] = (int32_t)v[i];
+        break;
+    default: tsl_quantize(t->type, v, raw, n); break;
+    }
+    tsl_status st = tsl_tensor_set(t, raw, 0, bytes, err);
+    free(v);
+    free(raw);
+    return st == TSL_SUCCESS;
+}
+
+/* Build and compute a case on be; the compared tensor's values as floats. */
+static tsl_status vkt_run(tsl_backend *be, vkt_build fn, const void *arg, bool ref, unsigned long long seed,
+                          float **out, int64_t *n_out, tsl_error *err) {
+    *out = NULL;
+    *n_out = 0;
+    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 8u << 20, .no_alloc = true});
+    vkt_case c;
+    memset(&c, 0, sizeof c);
+    fn(ctx, &c, arg, ref);
+    if (!c.out) {
+        fprintf(stderr, "case build failed: %s\n", tsl_ctx_error(ctx));
+        tsl_ctx_free(ctx);
+        return TSL_FAILED;
+    }
+    tsl_graph *g = tsl_graph_build(ctx, &c.out, 1);
+    tsl_buffer *buf = g ? tsl_buffer_alloc_ctx(be, ctx, err) : NULL;
+    tsl_status st = TSL_FAILED;
+    if (buf) {
+        st = TSL_SUCCESS;
+        for (int i = 0; i < c.n_in && st == TSL_SUCCESS; i++)
+            if (!vkt_fill(&c.in[i], seed * 31 + (unsigned long long)i, err)) st = TSL_FAILED;
+        if (st == TSL_SUCCESS) st = tsl_backend_graph_compute(be, g, err);
+        if (st == TSL_SUCCESS) {
+            const tsl_tensor *r = c.read ? c.read : c.out;
+            int64_t n = tsl_nelements(r);
+            size_t bytes = tsl_nbytes(r);
+            void *raw = malloc(bytes);
+            float *f = malloc((size_t)n * sizeof *f);
+            st = raw && f ? tsl_tensor_get(r, raw, 0, bytes, err) : TSL_FAILED;
+            if (st == TSL_SUCCESS) tsl_dequantize(r->type, raw, f, n);
+            free(raw);
+            if (st == TSL_SUCCESS) {
+                *out = f;
+                *n_out = n;
+            } else {
+                free(f);
+            }
+        }
+        tsl_buffer_free(buf);
+    }
+    tsl_ctx_free(ctx);
+    return st;
+}
+
+typedef struct vkt_stat {
+    const char *name;
+    int cases;
+    double worst; /* largest |err| / tolerance seen */
+    double max_err;
+} vkt_stat;
+
+static void vkt_print(const vkt_stat *s) {
+    printf("  %-22s %3d cases, max error %.3g (%.0f%% of tolerance)\n", s->name, s->cases, s->max_err,
+           100.0 * s->worst);
+}
+
+/* Run the case on the CPU (reference) and on Vulkan and compare. */
+static void vkt_check(vkt_stat *st, vkt_build fn, const void *arg, unsigned long long seed, double atol, double rtol,
+                      const char *what) {
+    float *r = NULL, *v = NULL;
+    int64_t nr = 0, nv = 0;
+    tsl_error e1, e2;
+    tsl_status s1 = vkt_run(g_cpu, fn, arg, true, seed, &r, &nr, &e1);
+    tsl_status s2 = vkt_run(g_vk, fn, arg, false, seed, &v, &nv, &e2);
+    char line[640];
+    if (s1 != TSL_SUCCESS) tsl_error_format(&e1, line, sizeof line);
+    CHECKF(s1 == TSL_SUCCESS, "%s %s: cpu: %s", st->name, what, s1 == TSL_SUCCESS ? "" : line);
+    if (s2 != TSL_SUCCESS) tsl_error_format(&e2, line, sizeof line);
+    CHECKF(s2 == TSL_SUCCESS, "%s %s: vulkan: %s", st->name, what, s2 == TSL_SUCCESS ? "" : line);
+    if (s1 == TSL_SUCCESS && s2 == TSL_SUCCESS) {
+        CHECK(nr == nv);
+        int bad = 0;
+        for (int64_t i = 0; i < nr && i < nv; i++) {
+            double a = r[i], b = v[i];
+            if (isinf(a) || isinf(b) || isnan(a) || isnan(b)) {
+                if (!(a == b || (isnan(a) && isnan(b)))) {
+                    if (bad++ < 3) fprintf(stderr, "  %s %s: [%lld] cpu %g vulkan %g\n", st->name, what, (long long)i, a, b);
+                }
+                continue;
+            }
+            double err = fabs(a - b), tol = atol + rtol * fabs(a);
+            if (err > st->max_err) st->max_err = err;
+            if (err / tol > st->worst) st->worst = err / tol;
+            if (err > tol && bad++ < 3)
+                fprintf(stderr, "  %s %s: [%lld] cpu %.9g vulkan %.9g (err %.3g > tol %.3g)\n", st->name, what,
+                        (long long)i, a, b, err, tol);
+        }
+        CHECKF(bad == 0, "%s %s: %d values out of tolerance", st->name, what, bad);
+    }
+    st->cases++;
+    free(r);
+    free(v);
+}
+
+static unsigned long long g_seed = 0x5EED;
+
+static int64_t rnd(int64_t lo, int64_t hi) { /* [lo, hi] */
+    return lo + (int64_t)(test_rand_u64(&g_seed) % (unsigned long long)(hi - lo + 1));
+}
+
+/* ---- element-wise ------------------------------------------------------------- */
+
+typedef struct ew_arg {
+    tsl_op op;
+    int64_t ne[4];
+    int64_t bne[4];
+    int layout; /* 0 dense, 1 a is a transposed view, 2 a is a view into a wider tensor */
+} ew_arg;
+
+/* a, in the layout asked for: same logical shape ne. */
+static tsl_tensor *ew_src(tsl_context *ctx, vkt_case *c, const ew_arg *a, int kind) {
+    switch (a->layout) {
+    case 1: { /* stored transposed: [ne1, ne0] then transposed back */
+        tsl_tensor *t = vkt_input(ctx, c, kind, TSL_TYPE_F32, 1, a->ne[1], a->ne[0], a->ne[2], a->ne[3]);
+        return tsl_transpose(ctx, t);
+    }
+    case 2: { /* rows of a wider tensor, starting 3 elements in */
+        tsl_tensor *t = vkt_input(ctx, c, kind, TSL_TYPE_F32, 1, a->ne[0] + 5, a->ne[1], a->ne[2], a->ne[3]);
+        return tsl_view_4d(ctx, t, a->ne[0], a->ne[1], a->ne[2], a->ne[3], t->nb[1], t->nb[2], t->nb[3],
+                           3 * sizeof(float));
+    }
+    default: return vkt_input(ctx, c, kind, TSL_TYPE_F32, 1, a->ne[0], a->ne[1], a->ne[2], a->ne[3]);
+    }
+}
+
+static void build_ew(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const ew_arg *a = arg;
+    int kind = a->op == TSL_OP_SQRT ? IN_POSITIVE : IN_VAL;
+    tsl_tensor *x = ew_src(ctx, c, a, kind);
+    tsl_tensor *b = NULL;
+    if (a->op == TSL_OP_ADD || a->op == TSL_OP_SUB || a->op == TSL_OP_MUL || a->op == TSL_OP_DIV)
+        b = vkt_input(ctx, c, a->op == TSL_OP_DIV ? IN_POSITIVE : IN_VAL, TSL_TYPE_F32, 1, a->bne[0], a->bne[1],
+                      a->bne[2], a->bne[3]);
+    if (a->op == TSL_OP_SWIGLU) b = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->ne[0], a->ne[1], a->ne[2], a->ne[3]);
+    switch (a->op) {
+    case TSL_OP_ADD: c->out = tsl_add(ctx, x, b); break;
+    case TSL_OP_SUB: c->out = tsl_sub(ctx, x, b); break;
+    case TSL_OP_MUL: c->out = tsl_mul(ctx, x, b); break;
+    case TSL_OP_DIV: c->out = tsl_div(ctx, x, b); break;
+    case TSL_OP_SCALE: c->out = tsl_scale(ctx, x, -1.75f); break;
+    case TSL_OP_SQR: c->out = tsl_sqr(ctx, x); break;
+    case TSL_OP_SQRT: c->out = tsl_sqrt(ctx, x); break;
+    case TSL_OP_SILU: c->out = tsl_silu(ctx, tsl_scale(ctx, x, 6.0f)); break;
+    case TSL_OP_GELU: c->out = tsl_gelu(ctx, tsl_scale(ctx, x, 6.0f)); break;
+    case TSL_OP_SWIGLU: c->out = tsl_swiglu(ctx, tsl_scale(ctx, x, 6.0f), b); break;
+    default: break;
+    }
+}
+
+static void test_elementwise(void) {
+    static const tsl_op ops[] = {TSL_OP_ADD,  TSL_OP_SUB,  TSL_OP_MUL,  TSL_OP_DIV,  TSL_OP_SCALE,
+                                 TSL_OP_SQR,  TSL_OP_SQRT, TSL_OP_SILU, TSL_OP_GELU, TSL_OP_SWIGLU};
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        vkt_stat st = {.name = tsl_op_name(ops[o])};
+        for (int it = 0; it < 6; it++) {
+            ew_arg a = {.op = ops[o], .layout = it % 3};
+            a.ne[0] = rnd(1, 70), a.ne[1] = rnd(1, 9), a.ne[2] = rnd(1, 4), a.ne[3] = rnd(1, 2);
+            for (int i = 0; i < 4; i++) a.bne[i] = a.ne[i];
+            /* broadcasts: a row, a column, a plane, a scalar */
+            switch (it % 4) {
+            case 1: a.bne[1] = a.bne[2] = a.bne[3] = 1; break;
+            case 2: a.bne[0] = 1; break;
+            case 3: a.bne[0] = a.bne[1] = a.bne[2] = a.bne[3] = 1; break;
+            default: break;
+            }
+            char what[64];
+            snprintf(what, sizeof what, "case %d", it);
+            /* exp/tanh forms differ between the CPU's and the driver's math
+             * by a few ulp */
+            vkt_check(&st, build_ew, &a, (unsigned long long)it + 100 * o, 1e-6, 2e-5, what);
+        }
+        vkt_print(&st);
+    }
+}
+
+/* ---- norms and reductions ------------------------------------------------------- */
+
+typedef struct row_arg {
+    tsl_op op;
+    int64_t ne[4];
+    bool permuted;
+} row_arg;
+
+static void build_rows(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const row_arg *a = arg;
+    tsl_tensor *x;
+    if (a->permuted) { /* stored [ne0, ne2, ne1]: rows read through a permute */
+        tsl_tensor *t = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->ne[0], a->ne[2], a->ne[1], a->ne[3]);
+        x = tsl_permute(ctx, t, 0, 2, 1, 3);
+    } else {
+        x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->ne[0], a->ne[1], a->ne[2], a->ne[3]);
+    }
+    x = tsl_add(ctx, x, x); /* a computed input, so in-place reuse is possible too */
+    switch (a->op) {
+    case TSL_OP_RMS_NORM: c->out = tsl_rms_norm(ctx, x, 1e-5f); break;
+    case TSL_OP_NORM: c->out = tsl_norm(ctx, x, 1e-5f); break;
+    case TSL_OP_SUM_ROWS: c->out = tsl_sum_rows(ctx, x); break;
+    case TSL_OP_MEAN: c->out = tsl_mean(ctx, x); break;
+    default: break;
+    }
+}
+
+static void test_rows(void) {
+    static const tsl_op ops[] = {TSL_OP_RMS_NORM, TSL_OP_NORM, TSL_OP_SUM_ROWS, TSL_OP_MEAN};
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        vkt_stat st = {.name = tsl_op_name(ops[o])};
+        for (int it = 0; it < 6; it++) {
+            row_arg a = {.op = ops[o], .permuted = it % 2 == 1};
+            a.ne[0] = it == 5 ? 4096 : rnd(1, 300), a.ne[1] = rnd(1, 7), a.ne[2] = rnd(1, 3), a.ne[3] = 1;
+            char what[64];
+            snprintf(what, sizeof what, "[%lld,%lld,%lld]%s", (long long)a.ne[0], (long long)a.ne[1],
+                     (long long)a.ne[2], a.permuted ? " permuted" : "");
+            /* float tree sums vs the CPU's double accumulation */
+            vkt_check(&st, build_rows, &a, (unsigned long long)it + 10 * o, 1e-5, 1e-5, what);
+        }
+        vkt_print(&st);
+    }
+}
+
+/* ---- soft_max ------------------------------------------------------------------- */
+
+typedef struct sm_arg {
+    int64_t ne[4];
+    int mask; /* 0 none, 1 F32, 2 F16 */
+    int64_t m2, m3;
+    float scale;
+} sm_arg;
+
+static void build_soft_max(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const sm_arg *a = arg;
+    tsl_tensor *x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 4, a->ne[0], a->ne[1], a->ne[2], a->ne[3]);
+    tsl_tensor *m = NULL;
+    if (a->mask)
+        m = vkt_input(ctx, c, IN_MASK, a->mask == 1 ? TSL_TYPE_F32 : TSL_TYPE_F16, 0.3f, a->ne[0], a->ne[1] + 2, a->m2,
+                      a->m3);
+    c->out = tsl_soft_max(ctx, x, m, a->scale);
+}
+
+static void test_soft_max(void) {
+    vkt_stat st = {.name = "SOFT_MAX"};
+    for (int it = 0; it < 9; it++) {
+        sm_arg a = {.mask = it % 3, .scale = it % 2 ? 0.125f : 1.0f};
+        a.ne[0] = it == 8 ? 1 : rnd(1, 200), a.ne[1] = rnd(1, 6), a.ne[2] = 2 * rnd(1, 2), a.ne[3] = rnd(1, 2);
+        a.m2 = it % 2 ? 1 : a.ne[2];
+        a.m3 = 1;
+        char what[64];
+        snprintf(what, sizeof what, "ne0 %lld mask %d", (long long)a.ne[0], a.mask);
+        vkt_check(&st, build_soft_max, &a, (unsigned long long)it, 1e-6, 1e-5, what);
+    }
+    vkt_print(&st);
+}
+
+/* ---- rope ----------------------------------------------------------------------- */
+
+typedef struct rope_arg {
+    int64_t head, n_head, n_tok;
+    int n_dims, mode;
+    bool ff, yarn, permuted;
+    float pos_max;
+} rope_arg;
+
+static void build_rope(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const rope_arg *a = arg;
+    tsl_tensor *x;
+    if (a->permuted) { /* [head, n_tok, n_head] stored, read as [head, n_head, n_tok] */
+        tsl_tensor *t = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->head, a->n_tok, a->n_head, 1);
+        x = tsl_permute(ctx, t, 0, 2, 1, 3);
+    } else {
+        x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->head, a->n_head, a->n_tok, 1);
+    }
+    tsl_tensor *pos = vkt_input(ctx, c, IN_INT, TSL_TYPE_I32, a->pos_max, a->n_tok, 1, 1, 1);
+    tsl_tensor *ff = a->ff ? vkt_input(ctx, c, IN_POSITIVE, TSL_TYPE_F32, 1, a->n_dims / 2, 1, 1, 1) : NULL;
+    tsl_rope_params p = tsl_rope_default(a->n_dims);
+    p.mode = a->mode;
+    p.freq_base = a->mode == TSL_ROPE_NEOX ? 1e6f : 10000.0f;
+    if (a->yarn) {
+        p.n_ctx_orig = 4096;
+        p.freq_scale = 0.25f;
+        p.ext_factor = 1.0f;
+        p.attn_factor = 1.0f;
+        p.beta_fast = 32.0f;
+        p.beta_slow = 1.0f;
+    }
+    c->out = tsl_rope(ctx, x, pos, ff, &p);
+}
+
+static void test_rope(void) {
+    vkt_stat st = {.name = "ROPE"};
+    for (int it = 0; it < 10; it++) {
+        rope_arg a = {.mode = it % 2 ? TSL_ROPE_NEOX : TSL_ROPE_NORMAL, .ff = it % 3 == 1, .yarn = it % 4 == 3,
+                      .permuted = it % 5 == 2};
+        a.head = 2 * rnd(2, 40);
+        a.n_dims = it % 3 == 2 ? (int)(a.head / 2) / 2 * 2 : (int)a.head;
+        if (a.n_dims < 2) a.n_dims = 2;
+        a.n_head = rnd(1, 4);
+        a.n_tok = rnd(1, 6);
+        /* long contexts: angles of 1e5 radians and more must still agree */
+        a.pos_max = it >= 6 ? 200000.0f : 64.0f;
+        char what[96];
+        snprintf(what, sizeof what, "%s dims %d/%lld%s%s pos<%g", a.mode ? "neox" : "normal", a.n_dims,
+                 (long long)a.head, a.ff ? " ff" : "", a.yarn ? " yarn" : "", a.pos_max);
+        vkt_check(&st, build_rope, &a, (unsigned long long)it, 2e-6, 1e-5, what);
+    }
+    vkt_print(&st);
+}
+
+/* ---- copies --------------------------------------------------------------------- */
+
+typedef struct cpy_arg {
+    int kind; /* 0 dup, 1 cont of a transpose, 2 cpy into a strided slot of a cache */
+    tsl_type from, to;
+    int64_t ne0, ne1, ne2;
+} cpy_arg;
+
+static void build_cpy(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const cpy_arg *a = arg;
+    tsl_tensor *x = vkt_input(ctx, c, IN_VAL, a->from, 1, a->ne0, a->ne1, a->ne2, 1);
+    switch (a->kind) {
+    case 0: c->out = tsl_dup(ctx, x, a->to); break;
+    case 1: {
+        tsl_tensor *t = tsl_cont(ctx, tsl_transpose(ctx, x));
+        c->out = a->to == a->from ? t : tsl_dup(ctx, t, a->to);
+        break;
+    }
+    default: {
+        /* a KV-cache-like [ne0, 3 * ne1, ne2] tensor; x goes into rows
+         * ne1 .. 2 ne1 of every plane, transposed */
+        tsl_tensor *cache = vkt_input(ctx, c, IN_VAL, a->to, 1, a->ne1, 3 * a->ne0, a->ne2, 1);
+        tsl_tensor *slot = tsl_view_3d(ctx, cache, a->ne1, a->ne0, a->ne2, cache->nb[1], cache->nb[2],
+                                       (size_t)a->ne0 * cache->nb[1]);
+        c->out = tsl_cpy(ctx, tsl_transpose(ctx, x), slot);
+        c->read = cache;
+        break;
+    }
+    }
+}
+
+static void test_copies(void) {
+    static const tsl_type ty[] = {TSL_TYPE_F32, TSL_TYPE_F16};
+    vkt_stat st = {.name = "CPY/DUP/CONT"};
+    for (int kind = 0; kind < 3; kind++)
+        for (int f = 0; f < 2; f++)
+            for (int t = 0; t < 2; t++) {
+                cpy_arg a = {.kind = kind, .from = ty[f], .to = ty[t], .ne0 = rnd(1, 67), .ne1 = rnd(1, 13),
+                             .ne2 = rnd(1, 3)};
+                char what[64];
+                snprintf(what, sizeof what, "kind %d %s->%s", kind, tsl_type_name(a.from), tsl_type_name(a.to));
+                /* F32 -> F16 may round differently in the last bit (the
+                 * driver's conversion rounding is its own) */
+                vkt_check(&st, build_cpy, &a, (unsigned long long)(kind * 4 + f * 2 + t), 0, 1e-3, what);
+            }
+    vkt_print(&st);
+}
+
+/* ---- get_rows ------------------------------------------------------------------- */
+
+typedef struct gr_arg {
+    tsl_type type;
+    int64_t ne0, rows, n, ne2;
+} gr_arg;
+
+static void build_get_rows(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const gr_arg *a = arg;
+    tsl_tensor *tab = vkt_weight(ctx, c, a->type, false, a->ne0, a->rows, a->ne2, 1);
+    tsl_tensor *idx = vkt_input(ctx, c, IN_INT, TSL_TYPE_I32, (float)a->rows, a->n, a->ne2, 1, 1);
+    c->out = tsl_get_rows(ctx, tab, idx);
+}
+
+static void test_get_rows(void) {
+    static const tsl_type ty[] = {TSL_TYPE_F32, TSL_TYPE_F16, TSL_TYPE_Q8_0, TSL_TYPE_Q4_0};
+    vkt_stat st = {.name = "GET_ROWS"};
+    for (int t = 0; t < 4; t++)
+        for (int it = 0; it < 3; it++) {
+            gr_arg a = {.type = ty[t], .ne0 = 32 * rnd(1, 6), .rows = rnd(1, 40), .n = rnd(1, 9), .ne2 = rnd(1, 2)};
+            char what[64];
+            snprintf(what, sizeof what, "%s [%lld x %lld]", tsl_type_name(a.type), (long long)a.ne0, (long long)a.rows);
+            vkt_check(&st, build_get_rows, &a, (unsigned long long)(t * 10 + it), 0, 1e-6, what);
+        }
+    vkt_print(&st);
+}
+
+/* ---- mul_mat -------------------------------------------------------------------- */
+
+typedef struct mm_arg {
+    tsl_type type;
+    int64_t M, N, K, a2, b2, b3;
+    bool b_permuted;
+} mm_arg;
+
+static void build_mul_mat(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const mm_arg *a = arg;
+    tsl_tensor *w = vkt_weight(ctx, c, a->type, ref, a->K, a->M, a->a2, 1);
+    tsl_tensor *x;
+    if (a->b_permuted) { /* stored [K, b2, N]: columns read through a permute */
+        tsl_tensor *t = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->K, a->b2, a->N, a->b3);
+        x = tsl_permute(ctx, t, 0, 2, 1, 3);
+    } else {
+        x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->K, a->N, a->b2, a->b3);
+    }
+    c->out = tsl_mul_mat(ctx, w, x);
+}
+
+static void test_mul_mat(void) {
+    static const tsl_type ty[] = {TSL_TYPE_F32, TSL_TYPE_F16, TSL_TYPE_Q8_0, TSL_TYPE_Q4_0};
+    for (int t = 0; t < 4; t++) {
+        vkt_stat st = {.name = "MUL_MAT"};
+        char label[32];
+        snprintf(label, sizeof label, "MUL_MAT %s", tsl_type_name(ty[t]));
+        st.name = label;
+        bool quant = ty[t] == TSL_TYPE_Q8_0 || ty[t] == TSL_TYPE_Q4_0;
+        for (int it = 0; it < 7; it++) {
+            mm_arg a = {.type = ty[t]};
+            a.K = quant ? 32 * rnd(1, 10) : rnd(1, 300);
+            a.M = rnd(1, 150);
+            a.N = it < 3 ? 1 : rnd(2, 80); /* mat-vec, then tiled */
+            a.a2 = 1 + it % 2;
+            a.b2 = a.a2 * (it % 3 == 2 ? 2 : 1);
+            a.b3 = it == 6 ? 2 : 1;
+            a.b_permuted = it == 4 || it == 1;
+            char what[96];
+            snprintf(what, sizeof what, "M %lld N %lld K %lld batch %lldx%lld/%lld%s", (long long)a.M, (long long)a.N,
+                     (long long)a.K, (long long)a.b2, (long long)a.b3, (long long)a.a2, a.b_permuted ? " permuted" : "");
+            /* same products, summed in another order in float */
+            vkt_check(&st, build_mul_mat, &a, (unsigned long long)(t * 10 + it), 2e-5 * sqrt((double)a.K), 1e-5, what);
+        }
+        vkt_print(&st);
+    }
+}
+
+/* ---- a llama-shaped block ------------------------------------------------------- */
+
+typedef struct blk_arg {
+    tsl_type wtype;
+    int64_t n_embd, n_head, n_head_kv, n_ff, n_tok, n_vocab;
+} blk_arg;
+
+static void build_block(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const blk_arg *a = arg;
+    const int64_t hd = a->n_embd / a->n_head, nt = a->n_tok, kvd = hd * a->n_head_kv;
+    tsl_tensor *tok_embd = vkt_weight(ctx, c, TSL_TYPE_Q8_0, ref, a->n_embd, a->n_vocab, 1, 1);
+    tsl_tensor *tokens = vkt_input(ctx, c, IN_INT, TSL_TYPE_I32, (float)a->n_vocab, nt, 1, 1, 1);
+    tsl_tensor *pos = vkt_input(ctx, c, IN_INT, TSL_TYPE_I32, 100.0f, nt, 1, 1, 1);
+    tsl_tensor *mask = vkt_input(ctx, c, IN_MASK, TSL_TYPE_F16, 0.2f, nt, nt, 1, 1);
+    tsl_tensor *attn_norm = vkt_input(ctx, c, IN_POSITIVE, TSL_TYPE_F32, 1, a->n_embd, 1, 1, 1);
+    tsl_tensor *wq = vkt_weight(ctx, c, a->wtype, ref, a->n_embd, a->n_embd, 1, 1);
+    tsl_tensor *wk = vkt_weight(ctx, c, a->wtype, ref, a->n_embd, kvd, 1, 1);
+    tsl_tensor *wv = vkt_weight(ctx, c, a->wtype, ref, a->n_embd, kvd, 1, 1);
+    tsl_tensor *wo = vkt_weight(ctx, c, a->wtype, ref, a->n_embd, a->n_embd, 1, 1);
+    tsl_tensor *ffn_norm = vkt_input(ctx, c, IN_POSITIVE, TSL_TYPE_F32, 1, a->n_embd, 1, 1, 1);
+    tsl_tensor *wg = vkt_weight(ctx, c, a->wtype, ref, a->n_embd, a->n_ff, 1, 1);
+    tsl_tensor *wu = vkt_weight(ctx, c, a->wtype, ref, a->n_embd, a->n_ff, 1, 1);
+    tsl_tensor *wd = vkt_weight(ctx, c, TSL_TYPE_F16, ref, a->n_ff, a->n_embd, 1, 1);
+
+    tsl_tensor *x = tsl_get_rows(ctx, tok_embd, tokens); /* [n_embd, nt] */
+    tsl_tensor *h = tsl_mul(ctx, tsl_rms_norm(ctx, x, 1e-5f), attn_norm);
+    tsl_tensor *q = tsl_reshape_3d(ctx, tsl_mul_mat(ctx, wq, h), hd, a->n_head, nt);
+    tsl_tensor *k = tsl_reshape_3d(ctx, tsl_mul_mat(ctx, wk, h), hd, a->n_head_kv, nt);
+    tsl_tensor *v = tsl_reshape_3d(ctx, tsl_mul_mat(ctx, wv, h), hd, a->n_head_kv, nt);
+    tsl_rope_params rp = tsl_rope_default((int)hd);
+    rp.mode = TSL_ROPE_NEOX;
+    q = tsl_rope(ctx, q, pos, NULL, &rp);
+    k = tsl_rope(ctx, k, pos, NULL, &rp);
+    /* a KV cache in F16, as a decoder keeps one */
+    k = tsl_dup(ctx, k, TSL_TYPE_F16);
+    k = tsl_dup(ctx, k, TSL_TYPE_F32);
+    tsl_tensor *qp = tsl_permute(ctx, q, 0, 2, 1, 3);               /* [hd, nt, n_head] */
+    tsl_tensor *kp = tsl_cont(ctx, tsl_permute(ctx, k, 0, 2, 1, 3)); /* [hd, nt, n_head_kv] */
+    tsl_tensor *kq = tsl_mul_mat(ctx, kp, qp);                        /* [nt(k), nt(q), n_head] */
+    kq = tsl_soft_max(ctx, kq, mask, 1.0f / sqrtf((float)hd));
+    tsl_tensor *vt = tsl_cont(ctx, tsl_permute(ctx, v, 1, 2, 0, 3)); /* [nt, hd, n_head_kv] */
+    tsl_tensor *kqv = tsl_mul_mat(ctx, vt, kq);                       /* [hd, nt, n_head] */
+    tsl_tensor *o = tsl_cont(ctx, tsl_permute(ctx, kqv, 0, 2, 1, 3)); /* [hd, n_head, nt] */
+    o = tsl_reshape_2d(ctx, o, a->n_embd, nt);
+    x = tsl_add(ctx, x, tsl_mul_mat(ctx, wo, o));
+    h = tsl_mul(ctx, tsl_rms_norm(ctx, x, 1e-5f), ffn_norm);
+    tsl_tensor *f = tsl_swiglu(ctx, tsl_mul_mat(ctx, wg, h), tsl_mul_mat(ctx, wu, h));
+    x = tsl_add(ctx, x, tsl_mul_mat(ctx, wd, f));
+    c->out = tsl_norm(ctx, x, 1e-5f);
+}
+
+static void test_block(void) {
+    vkt_stat st = {.name = "llama block"};
+    static const tsl_type ty[] = {TSL_TYPE_Q4_0, TSL_TYPE_Q8_0, TSL_TYPE_F16};
+    for (int t = 0; t < 3; t++)
+        for (int nt = 1; nt <= 7; nt += 6) {
+            blk_arg a = {.wtype = ty[t], .n_embd = 128, .n_head = 4, .n_head_kv = 2, .n_ff = 320, .n_tok = nt,
+                         .n_vocab = 50};
+            char what[64];
+            snprintf(what, sizeof what, "%s, %d tokens", tsl_type_name(a.wtype), nt);
+            vkt_check(&st, build_block, &a, (unsigned long long)(t * 7 + nt), 2e-4, 2e-4, what);
+        }
+    vkt_print(&st);
+}
+
+/* ---- command buffers -------------------------------------------------------------- */
+
+/* The same graphs give the same bytes with 1 and 9 command buffers. */
+static void test_command_buffers(void) {
+    blk_arg a = {.wtype = TSL_TYPE_Q4_0, .n_embd = 128, .n_head = 4, .n_head_kv = 2, .n_ff = 256, .n_tok = 5,
+                 .n_vocab = 40};
+    float *r[3] = {0};
+    int64_t n[3] = {0};
+    const int cbs[3] = {1, 9, 3};
+    for (int i = 0; i < 3; i++) {
+        tsl_error err;
+        CHECK(tsl_backend_vulkan_set_command_buffers(g_vk, cbs[i], &err) == TSL_SUCCESS);
+        CHECK(vkt_run(g_vk, build_block, &a, false, 77, &r[i], &n[i], &err) == TSL_SUCCESS);
+        tsl_vulkan_stats s;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s) == TSL_SUCCESS);
+        CHECKF(s.last_command_buffers == cbs[i], "asked for %d command buffers, used %d", cbs[i], s.last_command_buffers);
+        printf("  %d command buffer(s): %.1f us/node encode+submit, %llu barriers so far\n", s.last_command_buffers,
+               s.last_encode_us_per_node, (unsigned long long)s.barriers);
+    }
+    for (int i = 1; i < 3; i++) {
+        CHECK(n[i] == n[0] && n[0] > 0);
+        if (r[0] && r[i] && n[i] == n[0])
+            CHECKF(memcmp(r[0], r[i], (size_t)n[0] * sizeof(float)) == 0, "%d and %d command buffers differ", cbs[0],
+                   cbs[i]);
+    }
+    for (int i = 0; i < 3; i++) free(r[i]);
+    tsl_error err;
+    tsl_backend_vulkan_set_command_buffers(g_vk, 4, &err);
+    CHECK(tsl_backend_vulkan_set_command_buffers(g_vk, 0, &err) == TSL_FAILED);
+    CHECK(tsl_backend_vulkan_set_command_buffers(g_vk, 10, &err) == TSL_FAILED);
+}
+
+/* Independent nodes share a barrier interval; dependent ones do not. */
+static void test_barriers(void) {
+    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
+    tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 1024);
+    tsl_tensor *outs[8];
+    for (int i = 0; i < 8; i++) outs[i] = tsl_scale(ctx, x, (float)(i + 1)); /* 8 independent reads of x */
+    tsl_tensor *chain = x;
+    for (int i = 0; i < 8; i++) chain = tsl_scale(ctx, chain, 0.5f); /* 8 dependent nodes */
+    tsl_graph *g = tsl_graph_build(ctx, outs, 8);
+    tsl_graph_expand(g, chain);
+    tsl_error err;
+    tsl_buffer *buf = tsl_buffer_alloc_ctx(g_vk, ctx, &err);
+    CHECK(buf != NULL);
+    float v[1024];
+    for (int i = 0; i < 1024; i++) v[i] = (float)i;
+    CHECK(tsl_tensor_set(x, v, 0, sizeof v, &err) == TSL_SUCCESS);
+    tsl_backend_vulkan_set_command_buffers(g_vk, 1, &err);
+    tsl_vulkan_stats s0, s1;
+    tsl_backend_vulkan_stats(g_vk, &s0);
+    CHECK(tsl_backend_graph_compute(g_vk, g, &err) == TSL_SUCCESS);
+    tsl_backend_vulkan_stats(g_vk, &s1);
+    uint64_t bars = s1.barriers - s0.barriers;
+    /* the 8 independent scales need none among themselves; the chain needs
+     * one before each of its last 7 nodes (the first may or may not need
+     * one, depending on where the graph order puts it) */
+    CHECKF(bars >= 7 && bars <= 8, "barriers %llu", (unsigned long long)bars);
+    CHECK(s1.dispatches - s0.dispatches == 16);
+    CHECK(tsl_tensor_get(chain, v, 0, sizeof v, &err) == TSL_SUCCESS);
+    CHECK_NEAR(v[512], 512.0 / 256.0, 1e-6);
+    CHECK(tsl_tensor_get(outs[7], v, 0, sizeof v, &err) == TSL_SUCCESS);
+    CHECK_NEAR(v[3], 24.0, 1e-6);
+    tsl_backend_vulkan_set_command_buffers(g_vk, 4, &err);
+    tsl_buffer_free(buf);
+    tsl_ctx_free(ctx);
+}
+
+/* ---- two backends on one device, from two threads ----------------------------------- */
+
+typedef struct conc_arg {
+    tsl_backend *be;
+    unsigned long long seed;
+    int bad;
+    float *first;
+    int64_t n;
+} conc_arg;
+
+static void *conc_main(void *p) {
+    conc_arg *a = p;
+    mm_arg m = {.type = TSL_TYPE_Q4_0, .M = 96, .N = 33, .K = 256, .a2 = 1, .b2 = 2, .b3 = 1};
+    for (int i = 0; i < 6; i++) {
+        float *r = NULL;
+        int64_t n = 0;
+        tsl_error err;
+        if (vkt_run(a->be, build_mul_mat, &m, false, a->seed, &r, &n, &err) != TSL_SUCCESS) {
+            a->bad++;
+            continue;
+        }
+        if (!a->first) {
+            a->first = r;
+            a->n = n;
+        } else {
+            if (n != a->n || memcmp(r, a->first, (size_t)n * sizeof *r) != 0) a->bad++;
+            free(r);
+        }
+    }
+    return NULL;
+}
+
+static void test_two_backends(void) {
+    tsl_error err;
+    tsl_vulkan_device_info info;
+    CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);
+    tsl_backend *other = tsl_backend_vulkan_new(info.index, &err);
+    CHECK(other != NULL);
+    if (!other) return;
+    CHECK(strcmp(tsl_backend_name(other), tsl_backend_name(g_vk)) == 0);
+    conc_arg a[2] = {{.be = g_vk, .seed = 1}, {.be = other, .seed = 2}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, conc_main, &a[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK(a[0].bad == 0 && a[1].bad == 0);
+    CHECK(a[0].first && a[1].first && a[0].n == a[1].n);
+    if (a[0].first && a[1].first) CHECK(memcmp(a[0].first, a[1].first, (size_t)a[0].n * sizeof(float)) != 0);
+    free(a[0].first);
+    free(a[1].first);
+    tsl_backend_free(other);
+}
+
+/* ---- what has no kernel ---------------------------------------------------------------- */
+
+static void test_unsupported(void) {
+    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
+    tsl_tensor *a = tsl_new_tensor_2d(ctx, TSL_TYPE_F32, 64, 4);
+    tsl_tensor *b = tsl_new_tensor_2d(ctx, TSL_TYPE_F32, 64, 4);
+    tsl_tensor *wbf = tsl_new_tensor_2d(ctx, TSL_TYPE_BF16, 64, 8);
+    tsl_tensor *cat = tsl_concat(ctx, a, b, 1);
+    tsl_tensor *am = tsl_argmax(ctx, a);
+    tsl_tensor *mm = tsl_mul_mat(ctx, wbf, a);
+    tsl_tensor *ok = tsl_add(ctx, a, b);
+    CHECK(!tsl_backend_supports_op(g_vk, cat));
+    CHECK(!tsl_backend_supports_op(g_vk, am));
+    CHECK(!tsl_backend_supports_op(g_vk, mm));
+    CHECK(tsl_backend_supports_op(g_vk, ok));
+    CHECK(tsl_backend_supports_op(g_vk, tsl_transpose(ctx, a)));
+    /* a graph with such a node fails before anything runs, naming it */
+    tsl_graph *g = tsl_graph_build(ctx, &cat, 1);
+    tsl_error err;
+    tsl_buffer *buf = tsl_buffer_alloc_ctx(g_vk, ctx, &err);
+    CHECK(buf != NULL);
+    tsl_vulkan_stats s0, s1;
+    tsl_backend_vulkan_stats(g_vk, &s0);
+    CHECK(tsl_backend_graph_compute(g_vk, g, &err) == TSL_FAILED);
+    tsl_backend_vulkan_stats(g_vk, &s1);
+    CHECK(s1.submits == s0.submits);
+    CHECK_STR_CONTAINS(err.message, "no Vulkan kernel for CONCAT");
+    CHECK(strcmp(err.op, "CONCAT") == 0);
+    tsl_buffer_free(buf);
+    tsl_ctx_free(ctx);
+}
+
+/* ---- the other paths: descriptor pools and staging copies ----------------------------- */
+
+/* A long chain of small nodes. */
+static void build_chain(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    int len = *(const int *)arg;
+    tsl_tensor *x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, 33, 3, 1, 1);
+    tsl_tensor *y = x;
+    for (int i = 0; i < len; i++) y = i % 2 ? tsl_scale(ctx, y, 0.999f) : tsl_add(ctx, y, x);
+    c->out = y;
+}
+
+static void test_pools_and_staging(void) {
+    tsl_error err;
+    tsl_vulkan_device_info info;
+    CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);
+    /* the device object is made again only when no backend holds it */
+    tsl_backend_free(g_vk);
+    setenv("TSL_VULKAN_NO_PUSH_DESCRIPTORS", "1", 1);
+    setenv("TSL_VULKAN_STAGING", "1", 1);
+    g_vk = tsl_backend_vulkan_new(info.index, &err);
+    unsetenv("TSL_VULKAN_NO_PUSH_DESCRIPTORS");
+    unsetenv("TSL_VULKAN_STAGING");
+    CHECK(g_vk != NULL);
+    if (!g_vk) return;
+    tsl_vulkan_stats s0, s1;
+    tsl_backend_vulkan_stats(g_vk, &s0);
+    vkt_stat st = {.name = "pools+staging"};
+    for (int t = 0; t < 2; t++) {
+        blk_arg a = {.wtype = t ? TSL_TYPE_Q8_0 : TSL_TYPE_Q4_0, .n_embd = 64, .n_head = 2, .n_head_kv = 1,
+                     .n_ff = 160, .n_tok = 4 + t, .n_vocab = 30};
+        vkt_check(&st, build_block, &a, 900 + (unsigned long long)t, 2e-4, 2e-4, "llama block");
+    }
+    /* more kernels than one descriptor pool holds, in one command buffer */
+    tsl_backend_vulkan_set_command_buffers(g_vk, 1, &err);
+    int len = 600;
+    vkt_check(&st, build_chain, &len, 950, 1e-5, 1e-5, "600 nodes in one command buffer");
+    tsl_backend_vulkan_stats(g_vk, &s1);
+    CHECKF(s1.transfers > s0.transfers, "staging copies were expected (%llu)", (unsigned long long)s1.transfers);
+    vkt_print(&st);
+    tsl_backend_vulkan_set_command_buffers(g_vk, 4, &err);
+}
+
+/* With TSL_VULKAN_VALIDATE=1 the Khronos layer watched everything above. */
+static void test_validation(void) {
+    tsl_vulkan_stats s;
+    CHECK(g_vk && tsl_backend_vulkan_stats(g_vk, &s) == TSL_SUCCESS);
+    CHECKF(s.validation_errors == 0, "the validation layer reported %llu errors", (unsigned long long)s.validation_errors);
+}
+
+int main(void) {
+    int n = vkt_devices();
+    if (n <= 0) {
+        tsl_error err;
+        tsl_backend *be = tsl_backend_vulkan_new(-1, &err);
+        char line[512];
+        tsl_error_format(&err, line, sizeof line);
+        tsl_backend_free(be);
+        if (getenv("TSL_REQUIRE_VULKAN")) {
+            fprintf(stderr, "FAIL: no Vulkan device and TSL_REQUIRE_VULKAN is set: %s\n", line);
+            return 1;
+        }
+        printf("skipped: no Vulkan device (%s)\n", line);
+        return 0;
+    }
+    tsl_error err;
+    g_cpu = tsl_backend_cpu_new(2, &err);
+    g_vk = tsl_backend_vulkan_new(-1, &err);
+    if (!g_vk || !g_cpu) {
+        char line[512];
+        tsl_error_format(&err, line, sizeof line);
+        fprintf(stderr, "FAIL: could not make the backends: %s\n", line);
+        return 1;
+    }
+    tsl_vulkan_device_info info;
+    tsl_backend_vulkan_info(g_vk, &info, &err);
+    printf("device: %s %s (%s), subgroup %u, 16-bit storage %d, float64 %d, push descriptors %d\n",
+           tsl_backend_name(g_vk), info.name, info.type, info.subgroup_size, info.storage_16bit, info.float64,
+           info.push_descriptors);
+    RUN(test_elementwise);
+    RUN(test_rows);
+    RUN(test_soft_max);
+    RUN(test_rope);
+    RUN(test_copies);
+    RUN(test_get_rows);
+    RUN(test_mul_mat);
+    RUN(test_block);
+    RUN(test_command_buffers);
+    RUN(test_barriers);
+    RUN(test_two_backends);
+    RUN(test_unsupported);
+    RUN(test_pools_and_staging);
+    RUN(test_validation);
+    tsl_backend_free(g_vk);
+    tsl_backend_free(g_cpu);
+    return test_summary();
+}
+
+#endif /* TSL_HAVE_VULKAN */
