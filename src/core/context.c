@@ -400,21 +400,9 @@ float tsl_get_f32_nd(const tsl_tensor *t, int64_t i0, int64_t i1, int64_t i2, in
     const void *p = ctx_elem(t, i0, i1, i2, i3);
     if (!p) return NAN;
     switch (t->type) {
-    case TSL_TYPE_F32: {
-        float v;
-        memcpy(&v, p, sizeof v);
-        return v;
-    }
-    case TSL_TYPE_F16: {
-        tsl_fp16_t h;
-        memcpy(&h, p, sizeof h);
-        return tsl_fp16_to_fp32(h);
-    }
-    case TSL_TYPE_BF16: {
-        tsl_bf16_t h;
-        memcpy(&h, p, sizeof h);
-        return tsl_bf16_to_fp32(h);
-    }
+    case TSL_TYPE_F32:
+    case TSL_TYPE_F16:
+    case TSL_TYPE_BF16: return core_load_f32(t->type, p);
     case TSL_TYPE_I32: {
         int32_t v;
         memcpy(&v, p, sizeof v);
@@ -428,17 +416,9 @@ void tsl_set_f32_nd(tsl_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i
     void *p = ctx_elem(t, i0, i1, i2, i3);
     if (!p) return;
     switch (t->type) {
-    case TSL_TYPE_F32: memcpy(p, &v, sizeof v); break;
-    case TSL_TYPE_F16: {
-        tsl_fp16_t h = tsl_fp32_to_fp16(v);
-        memcpy(p, &h, sizeof h);
-        break;
-    }
-    case TSL_TYPE_BF16: {
-        tsl_bf16_t h = tsl_fp32_to_bf16(v);
-        memcpy(p, &h, sizeof h);
-        break;
-    }
+    case TSL_TYPE_F32:
+    case TSL_TYPE_F16:
+    case TSL_TYPE_BF16: core_store_f32(t->type, p, v); break;
     case TSL_TYPE_I32: {
         /* out-of-range or NaN values would be undefined behaviour to convert */
         int32_t x = isnan(v) ? 0 : v >= 2147483647.0f ? INT32_MAX : v <= -2147483648.0f ? INT32_MIN : (int32_t)v;

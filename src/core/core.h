@@ -42,6 +42,28 @@ static inline float op_get_f32(const tsl_tensor *t, int i) {
 static inline void op_set_f32(tsl_tensor *t, int i, float f) { memcpy(&t->op_params[i], &f, sizeof f); }
 static inline int32_t op_get_i32(const tsl_tensor *t, int i) { return t->op_params[i]; }
 
+/* One element of a plain float type (F32, F16, BF16) at p, as a float, and
+ * back; any other type is read and written as F32. Shared by the host
+ * accessors (context.c) and the CPU copy kernels. */
+static inline float core_load_f32(tsl_type t, const void *p) {
+    if (t == TSL_TYPE_F16 || t == TSL_TYPE_BF16) {
+        uint16_t h;
+        memcpy(&h, p, sizeof h);
+        return t == TSL_TYPE_F16 ? tsl_fp16_to_fp32(h) : tsl_bf16_to_fp32(h);
+    }
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+static inline void core_store_f32(tsl_type t, void *p, float f) {
+    if (t == TSL_TYPE_F16 || t == TSL_TYPE_BF16) {
+        uint16_t h = t == TSL_TYPE_F16 ? tsl_fp32_to_fp16(f) : tsl_fp32_to_bf16(f);
+        memcpy(p, &h, sizeof h);
+        return;
+    }
+    memcpy(p, &f, sizeof f);
+}
+
 /* Size in bytes of one element for non-block types, of one block otherwise. */
 size_t core_type_size(tsl_type t);
 

@@ -156,41 +156,9 @@ static void cp_units(char *dst, size_t ds, const char *src, size_t ss, int64_t n
 
 #define CP_B 256 /* block edge of the transposing copy: a block stays in L2 */
 
-static inline float cp_load(tsl_type t, const char *p) {
-    switch (t) {
-    case TSL_TYPE_F16: {
-        tsl_fp16_t h;
-        memcpy(&h, p, sizeof h);
-        return tsl_fp16_to_fp32(h);
-    }
-    case TSL_TYPE_BF16: {
-        tsl_bf16_t h;
-        memcpy(&h, p, sizeof h);
-        return tsl_bf16_to_fp32(h);
-    }
-    default: {
-        float f;
-        memcpy(&f, p, sizeof f);
-        return f;
-    }
-    }
-}
-
-static inline void cp_store(tsl_type t, char *p, float f) {
-    switch (t) {
-    case TSL_TYPE_F16: {
-        tsl_fp16_t h = tsl_fp32_to_fp16(f);
-        memcpy(p, &h, sizeof h);
-        break;
-    }
-    case TSL_TYPE_BF16: {
-        tsl_bf16_t h = tsl_fp32_to_bf16(f);
-        memcpy(p, &h, sizeof h);
-        break;
-    }
-    default: memcpy(p, &f, sizeof f); break;
-    }
-}
+/* one element of a plain float type (core.h) */
+static inline float cp_load(tsl_type t, const char *p) { return core_load_f32(t, p); }
+static inline void cp_store(tsl_type t, char *p, float f) { core_store_f32(t, p, f); }
 
 /* For a same-shape copy between plain (non-block) types: the dimension k
  * (1..3) along which the side with strided rows is dense, or 0 when rows
