@@ -31,6 +31,7 @@
 #include "backend/backend_impl.h"
 #include "core/core.h"
 #include "fault/fault.h"
+#include "vulkan/vk_kernels_mm.h"
 #include "vulkan/vk_shaders.h"
 #include "vulkan/vk_test.h"
 
@@ -48,6 +49,7 @@
  * read with (bytes; 2 for block formats, read as 16-bit words; 0 unused).
  * The names match the SPIR-V variants vulkan.cmake compiles. */
 #define VK_KERNELS(X)                                         \
+    VK_KERNELS_MM(X)                                          \
     X(ADD_F32, "add_f32", 4, 4, 0, 4)                         \
     X(SUB_F32, "sub_f32", 4, 4, 0, 4)                         \
     X(MUL_F32, "mul_f32", 4, 4, 0, 4)                         \
@@ -66,14 +68,6 @@
     X(GET_ROWS_F16, "get_rows_f16", 2, 4, 0, 4)               \
     X(GET_ROWS_Q8_0, "get_rows_q8_0", 2, 4, 0, 4)             \
     X(GET_ROWS_Q4_0, "get_rows_q4_0", 2, 4, 0, 4)             \
-    X(MUL_MAT_F32, "mul_mat_f32_f32", 4, 4, 0, 4)             \
-    X(MUL_MAT_F16, "mul_mat_f16_f32", 2, 4, 0, 4)             \
-    X(MUL_MAT_Q8_0, "mul_mat_q8_0_f32", 2, 4, 0, 4)           \
-    X(MUL_MAT_Q4_0, "mul_mat_q4_0_f32", 2, 4, 0, 4)           \
-    X(MUL_MAT_VEC_F32, "mul_mat_vec_f32_f32", 4, 4, 0, 4)     \
-    X(MUL_MAT_VEC_F16, "mul_mat_vec_f16_f32", 2, 4, 0, 4)     \
-    X(MUL_MAT_VEC_Q8_0, "mul_mat_vec_q8_0_f32", 2, 4, 0, 4)   \
-    X(MUL_MAT_VEC_Q4_0, "mul_mat_vec_q4_0_f32", 2, 4, 0, 4)   \
     X(RMS_NORM_F32, "rms_norm_f32", 4, 0, 0, 4)               \
     X(NORM_F32, "norm_f32", 4, 0, 0, 4)                       \
     X(SUM_ROWS_F32, "sum_rows_f32", 4, 0, 0, 4)               \
@@ -111,6 +105,9 @@ enum {
     VK_CAP_INT16 = 1u << 6,
     VK_CAP_INT64 = 1u << 7,
     VK_CAP_8BIT_STORAGE = 1u << 8,
+    VK_CAP_BDA = 1u << 9,          /* PhysicalStorageBufferAddresses */
+    VK_CAP_COOPMAT = 1u << 10,     /* CooperativeMatrixKHR */
+    VK_CAP_VMM = 1u << 11,         /* VulkanMemoryModel */
     VK_CAP_UNKNOWN = 1u << 31,
 };
 
@@ -132,12 +129,71 @@ typedef struct vk_kernel {
 
 /* ---- devices ----------------------------------------------------------- */
 
+/* VK_KHR_cooperative_matrix postdates Debian 12's Vulkan headers (1.3.239):
+ * the few definitions the backend uses, with the registry's values. */
+#ifndef VK_KHR_cooperative_matrix
+#define VK_KHR_cooperative_matrix 1
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR ((VkStructureType)1000506000)
+#define VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR ((VkStructureType)1000506001)
+typedef enum VkComponentTypeKHR {
+    VK_COMPONENT_TYPE_FLOAT16_KHR = 0,
+    VK_COMPONENT_TYPE_FLOAT32_KHR = 1,
+    VK_COMPONENT_TYPE_FLOAT64_KHR = 2,
+    VK_COMPONENT_TYPE_SINT8_KHR = 3,
+    VK_COMPONENT_TYPE_SINT16_KHR = 4,
+    VK_COMPONENT_TYPE_SINT32_KHR = 5,
+    VK_COMPONENT_TYPE_SINT64_KHR = 6,
+    VK_COMPONENT_TYPE_UINT8_KHR = 7,
+    VK_COMPONENT_TYPE_UINT16_KHR = 8,
+    VK_COMPONENT_TYPE_UINT32_KHR = 9,
+    VK_COMPONENT_TYPE_UINT64_KHR = 10,
+    VK_COMPONENT_TYPE_MAX_ENUM_KHR = 0x7FFFFFFF
+} VkComponentTypeKHR;
+typedef enum VkScopeKHR {
+    VK_SCOPE_DEVICE_KHR = 1,
+    VK_SCOPE_WORKGROUP_KHR = 2,
+    VK_SCOPE_SUBGROUP_KHR = 3,
+    VK_SCOPE_QUEUE_FAMILY_KHR = 5,
+    VK_SCOPE_MAX_ENUM_KHR = 0x7FFFFFFF
+} VkScopeKHR;
+typedef struct VkCooperativeMatrixPropertiesKHR {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t MSize, NSize, KSize;
+    VkComponentTypeKHR AType, BType, CType, ResultType;
+    VkBool32 saturatingAccumulation;
+    VkScopeKHR scope;
+} VkCooperativeMatrixPropertiesKHR;
+typedef struct VkPhysicalDeviceCooperativeMatrixFeaturesKHR {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cooperativeMatrix;
+    VkBool32 cooperativeMatrixRobustBufferAccess;
+} VkPhysicalDeviceCooperativeMatrixFeaturesKHR;
+typedef VkResult(VKAPI_PTR *PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)(
+    VkPhysicalDevice physicalDevice, uint32_t *pPropertyCount, VkCooperativeMatrixPropertiesKHR *pProperties);
+#endif
+
+/* One matrix shape the device multiplies cooperatively (subgroup scope):
+ * A (M x K) times B (K x N) accumulated into C (M x N). */
+typedef struct vk_coopmat_shape {
+    uint32_t m, n, k;
+    VkComponentTypeKHR a, b, c;
+} vk_coopmat_shape;
+#define VK_MAX_COOPMAT_SHAPES 16
+
 typedef struct vk_features {
     bool storage_16bit, float16, int8, float64, int16, int64, storage_8bit;
     bool subgroup_basic, subgroup_arith;
     uint32_t subgroup_size;
     bool push_descriptors, timeline_semaphore, cooperative_matrix, device_fault, nv_checkpoints, robustness2;
     bool robust_access; /* robustBufferAccess enabled (checked mode) */
+    bool buffer_device_address; /* bufferDeviceAddress, enabled when present */
+    bool vulkan_memory_model;   /* vulkanMemoryModel, enabled when present */
+    /* cooperative_matrix: the feature is enabled and these subgroup-scope
+     * shapes were reported (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR) */
+    vk_coopmat_shape coopmat[VK_MAX_COOPMAT_SHAPES];
+    int n_coopmat;
 } vk_features;
 
 typedef struct vk_block vk_block;
@@ -315,6 +371,23 @@ typedef struct vk_exec {
 int vk_kernel_for(const vk_device *d, const tsl_tensor *node, tsl_backend *be, bool usable_only);
 /* Fill the push constants (returns their size in bytes) and the grid. */
 uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]);
+
+#define VK_MAX_CAND 4 /* kernel variants one node may have, best first */
+/* mul_mat (vk_ops_mm.c): is kernel one of VK_KERNELS_MM; its candidates for
+ * node n (the same contract as the element-wise ones in vk_ops.c); its push
+ * constants and grid. */
+bool vk_mm_kernel(int kernel);
+int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CAND]);
+uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]);
+/* Shared launch helpers (vk_ops.c): F32 tensor; a type get_rows and mul_mat
+ * read as a table; a 64-bit count as a push-constant word; the four strides
+ * of t from dimension `from` in es-byte elements; a 1-D grid of `groups`
+ * workgroups folded into x and y under the device's limits. */
+bool vk_is_f32(const tsl_tensor *t);
+bool vk_table_type(tsl_type t);
+uint32_t vk_u32(int64_t v);
+uint32_t *vk_put_strides(uint32_t *pc, const tsl_tensor *t, int es, int from);
+void vk_grid(const vk_device *d, uint64_t groups, uint32_t grid[3]);
 
 /* Build every kernel the device can run now, reporting each through fn
  * (tsl_backend_build_kernels); returns how many failed. */

@@ -304,6 +304,42 @@ static const char *vk_type_name(VkPhysicalDeviceType t) {
     }
 }
 
+/* The subgroup-scope shapes of VK_KHR_cooperative_matrix, without
+ * saturation; none (and the feature off) when the query fails. */
+static void vk_query_coopmat(VkPhysicalDevice pd, vk_features *f) {
+    f->n_coopmat = 0;
+    VkInstance inst = vk_reg.inst; /* callers hold a reference */
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR get =
+        inst ? (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)vkGetInstanceProcAddr(
+                   inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+             : NULL;
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR q = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDeviceFeatures2 qf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &q};
+    vkGetPhysicalDeviceFeatures2(pd, &qf);
+    uint32_t n = 0;
+    if (!get || !q.cooperativeMatrix || get(pd, &n, NULL) != VK_SUCCESS || n == 0) {
+        f->cooperative_matrix = false;
+        return;
+    }
+    VkCooperativeMatrixPropertiesKHR *p = calloc(n, sizeof *p);
+    if (!p) {
+        f->cooperative_matrix = false;
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR;
+    if (get(pd, &n, p) == VK_SUCCESS) {
+        for (uint32_t i = 0; i < n && f->n_coopmat < VK_MAX_COOPMAT_SHAPES; i++) {
+            if (p[i].scope != VK_SCOPE_SUBGROUP_KHR || p[i].saturatingAccumulation) continue;
+            if (p[i].CType != p[i].ResultType) continue;
+            f->coopmat[f->n_coopmat++] = (vk_coopmat_shape){.m = p[i].MSize, .n = p[i].NSize, .k = p[i].KSize,
+                                                            .a = p[i].AType, .b = p[i].BType, .c = p[i].CType};
+        }
+    }
+    free(p);
+    if (f->n_coopmat == 0) f->cooperative_matrix = false;
+}
+
 /* Everything the backend wants to know about pd, without creating a device. */
 static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *info, vk_features *f) {
     memset(info, 0, sizeof *info);
@@ -333,6 +369,8 @@ static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *inf
     f->int16 = f2.features.shaderInt16;
     f->int64 = f2.features.shaderInt64;
     f->timeline_semaphore = f12.timelineSemaphore;
+    f->buffer_device_address = f12.bufferDeviceAddress;
+    f->vulkan_memory_model = f12.vulkanMemoryModel;
     f->subgroup_size = p11.subgroupSize;
     f->subgroup_basic = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
@@ -343,6 +381,7 @@ static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *inf
     f->nv_checkpoints = vk_has_ext(exts, ne, VK_NV_DEVICE_DIAGNOSTIC_CHECKPOINTS_EXTENSION_NAME);
     f->robustness2 = vk_has_ext(exts, ne, VK_EXT_ROBUSTNESS_2_EXTENSION_NAME);
     free(exts);
+    if (f->cooperative_matrix) vk_query_coopmat(pd, f);
 
     const VkPhysicalDeviceProperties *p = &p2.properties;
     info->index = index;
@@ -645,6 +684,7 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
     bool checked = vk_env_on("TSL_VULKAN_CHECKED");
     bool robust2 = checked && d->f.robustness2;
     if (robust2) exts[n_exts++] = VK_EXT_ROBUSTNESS_2_EXTENSION_NAME;
+    if (d->f.cooperative_matrix) exts[n_exts++] = "VK_KHR_cooperative_matrix";
 
     VkPhysicalDeviceFeatures2 avail2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     vkGetPhysicalDeviceFeatures2(pd, &avail2);
@@ -659,12 +699,21 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
                                             .pNext = &f11,
                                             .shaderFloat16 = d->f.float16,
                                             .shaderInt8 = d->f.int8,
-                                            .storageBuffer8BitAccess = d->f.storage_8bit};
+                                            .storageBuffer8BitAccess = d->f.storage_8bit,
+                                            .bufferDeviceAddress = d->f.buffer_device_address,
+                                            .vulkanMemoryModel = d->f.vulkan_memory_model,
+                                            .vulkanMemoryModelDeviceScope = d->f.vulkan_memory_model};
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR fcm = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR, .cooperativeMatrix = VK_TRUE};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     f2.features.shaderFloat64 = d->f.float64;
     f2.features.shaderInt16 = d->f.int16;
     f2.features.shaderInt64 = d->f.int64;
     void **tail = &f11.pNext;
+    if (d->f.cooperative_matrix) {
+        *tail = &fcm;
+        tail = &fcm.pNext;
+    }
     if (d->f.device_fault) {
         /* the feature struct is needed only when the extension is enabled */
         VkPhysicalDeviceFaultFeaturesEXT q = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FAULT_FEATURES_EXT};

@@ -28,7 +28,7 @@
 
 /* ---- layout checks ----------------------------------------------------------- */
 
-static bool is_f32(const tsl_tensor *t) { return t && t->type == TSL_TYPE_F32; }
+bool vk_is_f32(const tsl_tensor *t) { return t && t->type == TSL_TYPE_F32; }
 
 static int esize_of(tsl_type t) {
     switch (t) {
@@ -60,12 +60,12 @@ static bool vk_layout_ok(const vk_device *d, const tsl_tensor *t) {
 }
 
 static bool vk_unary_f32(const tsl_tensor *n) {
-    return is_f32(n) && is_f32(n->src[0]) && tsl_same_shape(n, n->src[0]);
+    return vk_is_f32(n) && vk_is_f32(n->src[0]) && tsl_same_shape(n, n->src[0]);
 }
 
 static bool vk_binary_f32(const tsl_tensor *n) {
     const tsl_tensor *a = n->src[0], *b = n->src[1];
-    if (!is_f32(n) || !is_f32(a) || !is_f32(b) || !tsl_same_shape(n, a)) return false;
+    if (!vk_is_f32(n) || !vk_is_f32(a) || !vk_is_f32(b) || !tsl_same_shape(n, a)) return false;
     for (int i = 0; i < TSL_MAX_DIMS; i++)
         if (b->ne[i] <= 0 || a->ne[i] % b->ne[i] != 0) return false;
     return true;
@@ -73,12 +73,12 @@ static bool vk_binary_f32(const tsl_tensor *n) {
 
 static bool vk_cpy_type(tsl_type t) { return t == TSL_TYPE_F32 || t == TSL_TYPE_F16; }
 
-static bool vk_table_type(tsl_type t) {
+bool vk_table_type(tsl_type t) {
     return t == TSL_TYPE_F32 || t == TSL_TYPE_F16 || t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0;
 }
 
 /* Candidates for node, best first; returns how many (0: no kernel). */
-static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[2]) {
+static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CAND]) {
     const tsl_tensor *a = n->src[0], *b = n->src[1];
     if (!a) return 0;
     switch (n->op) {
@@ -91,7 +91,7 @@ static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[2]) {
                 : n->op == TSL_OP_MUL ? VK_K_MUL_F32 : VK_K_DIV_F32;
         return 1;
     case TSL_OP_SWIGLU:
-        if (!vk_unary_f32(n) || !is_f32(b) || !tsl_same_shape(a, b)) return 0;
+        if (!vk_unary_f32(n) || !vk_is_f32(b) || !tsl_same_shape(a, b)) return 0;
         cand[0] = VK_K_SWIGLU_F32;
         return 1;
     case TSL_OP_SCALE:
@@ -113,27 +113,14 @@ static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[2]) {
             cand[0] = n->type == TSL_TYPE_F32 ? VK_K_CPY_F16_F32 : VK_K_CPY_F16_F16;
         return 1;
     case TSL_OP_GET_ROWS:
-        if (!vk_table_type(a->type) || !b || b->type != TSL_TYPE_I32 || !is_f32(n)) return 0;
+        if (!vk_table_type(a->type) || !b || b->type != TSL_TYPE_I32 || !vk_is_f32(n)) return 0;
         if (n->ne[0] != a->ne[0] || n->ne[1] != b->ne[0] || n->ne[2] != b->ne[1] || n->ne[3] != b->ne[2]) return 0;
         if (a->ne[2] != n->ne[2] || a->ne[3] != n->ne[3]) return 0;
         if (a->nb[0] != tsl_type_block_size(a->type)) return 0;
         cand[0] = a->type == TSL_TYPE_F32 ? VK_K_GET_ROWS_F32 : a->type == TSL_TYPE_F16 ? VK_K_GET_ROWS_F16
                 : a->type == TSL_TYPE_Q8_0 ? VK_K_GET_ROWS_Q8_0 : VK_K_GET_ROWS_Q4_0;
         return 1;
-    case TSL_OP_MUL_MAT: {
-        if (!b || !vk_table_type(a->type) || !is_f32(b) || !is_f32(n) || n->nb[0] != sizeof(float)) return 0;
-        if (a->nb[0] != tsl_type_block_size(a->type) || a->ne[0] != b->ne[0]) return 0;
-        if (tsl_type_is_quantized(a->type) && a->ne[0] % tsl_type_block_len(a->type) != 0) return 0;
-        if (a->ne[2] <= 0 || a->ne[3] <= 0 || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0) return 0;
-        if (n->ne[0] != a->ne[1] || n->ne[1] != b->ne[1] || n->ne[2] != b->ne[2] || n->ne[3] != b->ne[3]) return 0;
-        if ((uint64_t)b->ne[2] * (uint64_t)b->ne[3] > d->props.limits.maxComputeWorkGroupCount[2]) return 0;
-        int tiled = a->type == TSL_TYPE_F32 ? VK_K_MUL_MAT_F32 : a->type == TSL_TYPE_F16 ? VK_K_MUL_MAT_F16
-                  : a->type == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_Q8_0 : VK_K_MUL_MAT_Q4_0;
-        int k = 0;
-        if (b->ne[1] == 1) cand[k++] = tiled + (VK_K_MUL_MAT_VEC_F32 - VK_K_MUL_MAT_F32);
-        cand[k++] = tiled;
-        return k;
-    }
+    case TSL_OP_MUL_MAT: return vk_mm_candidates(d, n, cand);
     case TSL_OP_RMS_NORM:
     case TSL_OP_NORM:
         if (!vk_unary_f32(n)) return 0;
@@ -141,7 +128,7 @@ static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[2]) {
         return 1;
     case TSL_OP_SUM_ROWS:
     case TSL_OP_MEAN:
-        if (!is_f32(a) || !is_f32(n) || n->ne[0] != 1 || n->ne[1] != a->ne[1] || n->ne[2] != a->ne[2] ||
+        if (!vk_is_f32(a) || !vk_is_f32(n) || n->ne[0] != 1 || n->ne[1] != a->ne[1] || n->ne[2] != a->ne[2] ||
             n->ne[3] != a->ne[3])
             return 0;
         cand[0] = n->op == TSL_OP_SUM_ROWS ? VK_K_SUM_ROWS_F32 : VK_K_MEAN_F32;
@@ -164,7 +151,7 @@ static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[2]) {
         if (!vk_unary_f32(n) || !b || b->type != TSL_TYPE_I32 || b->ne[0] < n->ne[2]) return 0;
         if (n_dims <= 0 || n_dims % 2 != 0 || n_dims > n->ne[0]) return 0;
         if (mode != TSL_ROPE_NORMAL && mode != TSL_ROPE_NEOX) return 0;
-        if (ff && (!is_f32(ff) || ff->ne[0] < n_dims / 2)) return 0;
+        if (ff && (!vk_is_f32(ff) || ff->ne[0] < n_dims / 2)) return 0;
         cand[0] = VK_K_ROPE_F32;       /* angles in double */
         cand[1] = VK_K_ROPE_F32_FP32;  /* devices without shaderFloat64 */
         return 2;
@@ -181,7 +168,7 @@ int vk_kernel_for(const vk_device *d, const tsl_tensor *n, tsl_backend *be, bool
      * failed, the op moves to another backend (FAULTS.md section 6) rather
      * than to a variant of this one: a variant may be slower or less
      * precise (rope without doubles), and the caller asked for this one. */
-    int cand[2];
+    int cand[VK_MAX_CAND];
     int nc = vk_candidates(d, n, cand);
     for (int i = 0; i < nc; i++) {
         const vk_kernel *k = &d->k[cand[i]];
@@ -195,7 +182,7 @@ int vk_kernel_for(const vk_device *d, const tsl_tensor *n, tsl_backend *be, bool
 
 /* ---- launch parameters --------------------------------------------------------- */
 
-static uint32_t u32(int64_t v) { return (uint32_t)v; }
+uint32_t vk_u32(int64_t v) { return (uint32_t)v; }
 
 static uint32_t f2u(float f) {
     uint32_t u;
@@ -204,18 +191,18 @@ static uint32_t f2u(float f) {
 }
 
 /* Strides of t in elements of es bytes, dims from..3, into pc. */
-static uint32_t *put_strides(uint32_t *pc, const tsl_tensor *t, int es, int from) {
-    for (int i = from; i < TSL_MAX_DIMS; i++) *pc++ = u32((int64_t)(t->nb[i] / (size_t)es));
+uint32_t *vk_put_strides(uint32_t *pc, const tsl_tensor *t, int es, int from) {
+    for (int i = from; i < TSL_MAX_DIMS; i++) *pc++ = vk_u32((int64_t)(t->nb[i] / (size_t)es));
     return pc;
 }
 
 static uint32_t *put_ne(uint32_t *pc, const tsl_tensor *t) {
-    for (int i = 0; i < TSL_MAX_DIMS; i++) *pc++ = u32(t->ne[i]);
+    for (int i = 0; i < TSL_MAX_DIMS; i++) *pc++ = vk_u32(t->ne[i]);
     return pc;
 }
 
 /* groups workgroups folded into x and y within the device's limits. */
-static void vk_grid(const vk_device *d, uint64_t groups, uint32_t grid[3]) {
+void vk_grid(const vk_device *d, uint64_t groups, uint32_t grid[3]) {
     uint64_t mx = d->props.limits.maxComputeWorkGroupCount[0];
     if (groups <= mx) {
         grid[0] = (uint32_t)groups;
@@ -235,6 +222,7 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     const tsl_tensor *n = x->node, *a = n->src[0], *b = n->src[1];
     const uint8_t *es = vk_kernel_descs[x->kernel].esize;
     uint32_t *p = pc;
+    if (vk_mm_kernel(x->kernel)) return vk_mm_params(d, x, pc, grid);
     memset(pc, 0, VK_PC_WORDS * sizeof *pc);
     switch (x->kernel) {
     case VK_K_ADD_F32:
@@ -249,11 +237,11 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     case VK_K_GELU_F32: {
         bool bin = es[1] != 0;
         p = put_ne(p, n);
-        p = put_strides(p, a, 4, 0);
-        if (bin) p = put_strides(p, b, 4, 0);
+        p = vk_put_strides(p, a, 4, 0);
+        if (bin) p = vk_put_strides(p, b, 4, 0);
         else p += 4;
-        p = put_strides(p, n, 4, 0);
-        for (int i = 0; i < TSL_MAX_DIMS; i++) *p++ = bin ? u32(b->ne[i]) : 1;
+        p = vk_put_strides(p, n, 4, 0);
+        for (int i = 0; i < TSL_MAX_DIMS; i++) *p++ = bin ? vk_u32(b->ne[i]) : 1;
         *p++ = x->b[0].eoff;
         *p++ = bin ? x->b[1].eoff : 0;
         *p++ = x->b[3].eoff;
@@ -266,9 +254,9 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     case VK_K_CPY_F16_F32:
     case VK_K_CPY_F16_F16:
         p = put_ne(p, a);
-        p = put_strides(p, a, es[0], 0);
+        p = vk_put_strides(p, a, es[0], 0);
         p = put_ne(p, n);
-        p = put_strides(p, n, es[3], 0);
+        p = vk_put_strides(p, n, es[3], 0);
         *p++ = x->b[0].eoff;
         *p++ = x->b[3].eoff;
         vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
@@ -278,55 +266,24 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     case VK_K_GET_ROWS_Q8_0:
     case VK_K_GET_ROWS_Q4_0:
         p = put_ne(p, n);
-        p = put_strides(p, n, 4, 0);
-        p = put_strides(p, a, es[0], 1);
-        p = put_strides(p, b, 4, 0); /* indices: three dims used */
+        p = vk_put_strides(p, n, 4, 0);
+        p = vk_put_strides(p, a, es[0], 1);
+        p = vk_put_strides(p, b, 4, 0); /* indices: three dims used */
         p--;                         /* (the 4th stride slot is not in the layout) */
         *p++ = x->b[0].eoff;
         *p++ = x->b[1].eoff;
         *p++ = x->b[3].eoff;
-        *p++ = u32(a->ne[1]);
+        *p++ = vk_u32(a->ne[1]);
         *p++ = (uint32_t)x->index;
         vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
         break;
-    case VK_K_MUL_MAT_F32:
-    case VK_K_MUL_MAT_F16:
-    case VK_K_MUL_MAT_Q8_0:
-    case VK_K_MUL_MAT_Q4_0:
-    case VK_K_MUL_MAT_VEC_F32:
-    case VK_K_MUL_MAT_VEC_F16:
-    case VK_K_MUL_MAT_VEC_Q8_0:
-    case VK_K_MUL_MAT_VEC_Q4_0: {
-        const int64_t M = a->ne[1], N = b->ne[1], K = a->ne[0];
-        *p++ = u32(M);
-        *p++ = u32(N);
-        *p++ = u32(K);
-        p = put_strides(p, a, es[0], 1);
-        p = put_strides(p, b, 4, 0);
-        p = put_strides(p, n, 4, 1);
-        *p++ = u32(b->ne[2] / a->ne[2]);
-        *p++ = u32(b->ne[3] / a->ne[3]);
-        *p++ = u32(b->ne[2]);
-        *p++ = x->b[0].eoff;
-        *p++ = x->b[1].eoff;
-        *p++ = x->b[3].eoff;
-        uint64_t batches = (uint64_t)b->ne[2] * (uint64_t)b->ne[3];
-        if (x->kernel >= VK_K_MUL_MAT_VEC_F32) {
-            vk_grid(d, ((uint64_t)M + 1) / 2, grid); /* MV_ROWS = 2 */
-        } else {
-            grid[0] = (uint32_t)((M + 63) / 64);
-            grid[1] = (uint32_t)((N + 63) / 64);
-        }
-        grid[2] = (uint32_t)batches;
-        break;
-    }
     case VK_K_RMS_NORM_F32:
     case VK_K_NORM_F32:
     case VK_K_SUM_ROWS_F32:
     case VK_K_MEAN_F32:
         p = put_ne(p, a);
-        p = put_strides(p, a, 4, 0);
-        p = put_strides(p, n, 4, 0);
+        p = vk_put_strides(p, a, 4, 0);
+        p = vk_put_strides(p, n, 4, 0);
         *p++ = x->b[0].eoff;
         *p++ = x->b[3].eoff;
         *p++ = (x->kernel == VK_K_RMS_NORM_F32 || x->kernel == VK_K_NORM_F32) ? f2u(op_get_f32(n, 0)) : 0;
@@ -337,12 +294,12 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     case VK_K_SOFT_MAX_F32_MASK_F16: {
         bool masked = es[1] != 0;
         p = put_ne(p, a);
-        p = put_strides(p, a, 4, 0);
-        p = put_strides(p, n, 4, 0);
-        if (masked) p = put_strides(p, b, es[1], 0);
+        p = vk_put_strides(p, a, 4, 0);
+        p = vk_put_strides(p, n, 4, 0);
+        if (masked) p = vk_put_strides(p, b, es[1], 0);
         else p += 4;
-        *p++ = masked ? u32(b->ne[2]) : 1;
-        *p++ = masked ? u32(b->ne[3]) : 1;
+        *p++ = masked ? vk_u32(b->ne[2]) : 1;
+        *p++ = masked ? vk_u32(b->ne[3]) : 1;
         *p++ = x->b[0].eoff;
         *p++ = masked ? x->b[1].eoff : 0;
         *p++ = x->b[3].eoff;
@@ -368,8 +325,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         double theta = pow(base, -2.0 / n_dims);
         float hi = (float)theta, lo = (float)(theta - (double)hi);
         p = put_ne(p, a);
-        p = put_strides(p, a, 4, 0);
-        p = put_strides(p, n, 4, 0);
+        p = vk_put_strides(p, a, 4, 0);
+        p = vk_put_strides(p, n, 4, 0);
         *p++ = (uint32_t)n_dims;
         *p++ = (mode & TSL_ROPE_NEOX) ? 1u : 0u;
         *p++ = ff ? 1u : 0u;
@@ -377,8 +334,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = x->b[1].eoff;
         *p++ = ff ? x->b[2].eoff : 0;
         *p++ = x->b[3].eoff;
-        *p++ = u32((int64_t)(b->nb[0] / 4));
-        *p++ = ff ? u32((int64_t)(ff->nb[0] / 4)) : 0;
+        *p++ = vk_u32((int64_t)(b->nb[0] / 4));
+        *p++ = ff ? vk_u32((int64_t)(ff->nb[0] / 4)) : 0;
         *p++ = f2u((float)fscale);
         *p++ = f2u((float)ext);
         *p++ = f2u((float)mscale);

@@ -81,14 +81,6 @@ set(TSL_VK_KERNELS
   "get_rows_f16|get_rows.comp|A_F16"
   "get_rows_q8_0|get_rows.comp|A_Q8_0"
   "get_rows_q4_0|get_rows.comp|A_Q4_0"
-  "mul_mat_f32_f32|mul_mat.comp|A_F32"
-  "mul_mat_f16_f32|mul_mat.comp|A_F16"
-  "mul_mat_q8_0_f32|mul_mat.comp|A_Q8_0"
-  "mul_mat_q4_0_f32|mul_mat.comp|A_Q4_0"
-  "mul_mat_vec_f32_f32|mul_mat_vec.comp|A_F32"
-  "mul_mat_vec_f16_f32|mul_mat_vec.comp|A_F16"
-  "mul_mat_vec_q8_0_f32|mul_mat_vec.comp|A_Q8_0"
-  "mul_mat_vec_q4_0_f32|mul_mat_vec.comp|A_Q4_0"
   "rms_norm_f32|norm.comp|OP_RMS_NORM"
   "norm_f32|norm.comp|OP_NORM"
   "sum_rows_f32|norm.comp|OP_SUM_ROWS"
@@ -106,26 +98,41 @@ file(MAKE_DIRECTORY ${TSL_VK_SPV_DIR})
 file(GLOB TSL_VK_INCLUDES ${TSL_VK_DIR}/shaders/*.glsl)
 set(TSL_VK_NAMES "")
 set(TSL_VK_SPVS "")
+# tsl_vk_add_kernel(name shader "DEF1;DEF2" compiler target_env): compile one
+# variant to ${TSL_VK_SPV_DIR}/name.spv and add it to the embedded set.
+function(tsl_vk_add_kernel kname kfile kdefs kcompiler kenv)
+  set(dflags "")
+  foreach(d IN LISTS kdefs)
+    list(APPEND dflags "-D${d}")
+  endforeach()
+  set(spv ${TSL_VK_SPV_DIR}/${kname}.spv)
+  if(kcompiler STREQUAL TSL_GLSLC OR kcompiler STREQUAL "")
+    set(cmd ${TSL_GLSLC} -fshader-stage=compute --target-env=${kenv} -O -Werror ${dflags}
+            -I ${TSL_VK_DIR}/shaders ${TSL_VK_DIR}/shaders/${kfile} -o ${spv})
+  else()
+    # glslangValidator-style command line
+    set(cmd ${kcompiler} -S comp --target-env ${kenv} ${dflags} -I${TSL_VK_DIR}/shaders
+            ${TSL_VK_DIR}/shaders/${kfile} -o ${spv})
+  endif()
+  add_custom_command(OUTPUT ${spv}
+    COMMAND ${cmd}
+    DEPENDS ${TSL_VK_DIR}/shaders/${kfile} ${TSL_VK_INCLUDES}
+    COMMENT "${kfile} -> ${kname}.spv"
+    VERBATIM)
+  set(TSL_VK_NAMES ${TSL_VK_NAMES} ${kname} PARENT_SCOPE)
+  set(TSL_VK_SPVS ${TSL_VK_SPVS} ${spv} PARENT_SCOPE)
+endfunction()
+
 foreach(k IN LISTS TSL_VK_KERNELS)
   string(REPLACE "|" ";" parts "${k}")
   list(GET parts 0 kname)
   list(GET parts 1 kfile)
   list(GET parts 2 kdefs)
   string(REPLACE "," ";" kdefs "${kdefs}")
-  set(dflags "")
-  foreach(d IN LISTS kdefs)
-    list(APPEND dflags "-D${d}")
-  endforeach()
-  set(spv ${TSL_VK_SPV_DIR}/${kname}.spv)
-  add_custom_command(OUTPUT ${spv}
-    COMMAND ${TSL_GLSLC} -fshader-stage=compute --target-env=vulkan1.2 -O -Werror ${dflags}
-            -I ${TSL_VK_DIR}/shaders ${TSL_VK_DIR}/shaders/${kfile} -o ${spv}
-    DEPENDS ${TSL_VK_DIR}/shaders/${kfile} ${TSL_VK_INCLUDES}
-    COMMENT "glslc ${kfile} -> ${kname}.spv"
-    VERBATIM)
-  list(APPEND TSL_VK_NAMES ${kname})
-  list(APPEND TSL_VK_SPVS ${spv})
+  tsl_vk_add_kernel(${kname} ${kfile} "${kdefs}" "" vulkan1.2)
 endforeach()
+# the mul_mat kernels: their own file (it calls tsl_vk_add_kernel)
+include(${TSL_VK_DIR}/kernels_mm.cmake)
 
 # the name list goes through a file: a ';' list does not survive a command line
 list(LENGTH TSL_VK_NAMES TSL_VK_N)
@@ -135,7 +142,7 @@ file(COPY_FILE ${TSL_VK_LIST}.new ${TSL_VK_LIST} ONLY_IF_DIFFERENT)
 add_custom_command(OUTPUT ${TSL_VK_GEN}
   COMMAND ${CMAKE_COMMAND} -DTSL_VK_OUT=${TSL_VK_GEN} -DTSL_VK_LIST=${TSL_VK_LIST}
           -DTSL_VK_SPV_DIR=${TSL_VK_SPV_DIR} -P ${TSL_VK_DIR}/vulkan.cmake
-  DEPENDS ${TSL_VK_SPVS} ${TSL_VK_LIST} ${TSL_VK_DIR}/vulkan.cmake
+  DEPENDS ${TSL_VK_SPVS} ${TSL_VK_LIST} ${TSL_VK_DIR}/vulkan.cmake ${TSL_VK_DIR}/kernels_mm.cmake
   COMMENT "embedding ${TSL_VK_N} SPIR-V kernels"
   VERBATIM)
 
