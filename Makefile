@@ -18,7 +18,11 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTSL_WERROR=$(WERROR) $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# the demo builds quietly: its own output is what a newcomer reads
+demo: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTSL_WERROR=$(WERROR) $(CMAKE_ARGS) >/dev/null
+	@echo "building tensile (log: $(BUILD)/build.log) ..."
+	@cmake --build $(BUILD) -j $(JOBS) >$(BUILD)/build.log 2>&1 || { tail -n 40 $(BUILD)/build.log; exit 1; }
 	@$(BUILD)/bin/tensile demo
 
 check: build

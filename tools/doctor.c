@@ -8,8 +8,11 @@
  *     SIMD kernel set; for Vulkan every device with its driver and features;
  *  2. builds every kernel the backend has (tsl_backend_build_kernels) and
  *     lists each failure with the driver's text, and how many built;
- *  3. runs a short drill (`tensile drill --quick --json`) in a child
- *     process, so a crash there is a finding, not the end of the report;
+ *  3. runs a short drill (`tensile drill --quick --json`) in a fresh
+ *     process (fork, then exec of this program), so a crash there is a
+ *     finding, not the end of the report, and the drill starts without the
+ *     driver state this process made building kernels (NVIDIA's Vulkan
+ *     driver does not survive a fork of a process that has an instance);
  *  4. ends with one verdict line per backend:
  *       cpu: ready
  *       cpu: degraded: <reasons>      (kernels that failed: their ops run on
@@ -20,6 +23,9 @@
  *
  * Exit status: 0 when every backend is ready or degraded, 1 when one is
  * unusable, 2 for a usage error. --json prints one JSON object instead.
+ * --backend cpu|vulkan examines one backend only (a Vulkan backend asked
+ * for and absent is unusable; with the default, all, a machine without a
+ * Vulkan device only gets a note).
  *
  * Kernel failures come from the environment as well as from the driver: the
  * backends made here read TSL_FAULT, so `TSL_FAULT=kernel@name=X tensile
@@ -36,6 +42,8 @@
 #include "cli.h"
 #include "commands.h"
 #include "tensile/backend.h"
+
+extern char **environ;
 
 #define DOC_MAX_BACKENDS 4
 #define DOC_MAX_FAILS 32
@@ -109,24 +117,42 @@ static void doc_drill(doc_backend *b) {
         snprintf(b->drill_err, sizeof b->drill_err, "could not make a pipe for the drill");
         return;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
+    /* the environment without TSL_FAULT (the drill injects its own faults),
+     * and the arguments, made before the fork: between fork and exec only
+     * async-signal-safe calls are made */
+    size_t n_env = 0;
+    while (environ[n_env]) n_env++;
+    char **envp = malloc((n_env + 1) * sizeof *envp);
+    if (!envp) {
         close(p[0]);
         close(p[1]);
+        snprintf(b->drill_err, sizeof b->drill_err, "out of memory starting the drill");
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (strncmp(environ[i], "TSL_FAULT=", 10) != 0) envp[k++] = environ[i];
+    envp[k] = NULL;
+    char a0[] = "tensile", a1[] = "drill", a2[] = "--backend", a4[] = "--quick", a5[] = "--json";
+    char *argv[] = {a0, a1, a2, b->kind, a4, a5, NULL};
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        if (dup2(p[1], STDOUT_FILENO) < 0) _exit(2);
+        close(p[1]);
+        execve("/proc/self/exe", argv, envp);
+        static const char msg[] = "tensile doctor: could not exec /proc/self/exe for the drill\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(127);
+    }
+    free(envp);
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
         snprintf(b->drill_err, sizeof b->drill_err, "could not start the drill process");
         return;
     }
-    if (pid == 0) {
-        close(p[0]);
-        if (dup2(p[1], STDOUT_FILENO) < 0) exit(2);
-        close(p[1]);
-        unsetenv("TSL_FAULT"); /* the drill injects its own faults */
-        char *argv[] = {"drill", "--backend", b->kind, "--quick", "--json", NULL};
-        int rc = cmd_drill(5, argv);
-        fflush(stdout);
-        exit(rc);
-    }
-    close(p[1]);
     size_t cap = 1 << 16, len = 0;
     char *out = malloc(cap);
     for (;;) {
@@ -162,6 +188,8 @@ static void doc_drill(doc_backend *b) {
                  b->d_injected, b->d_handled, b->d_crashed, b->d_wrong, b->d_leaked);
     } else if (WIFSIGNALED(status)) {
         snprintf(b->drill_err, sizeof b->drill_err, "the drill died of signal %d", WTERMSIG(status));
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+        snprintf(b->drill_err, sizeof b->drill_err, "the drill process could not be started (exec failed)");
     } else {
         snprintf(b->drill_err, sizeof b->drill_err, "the drill's fault-free compute failed (exit %d)",
                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
@@ -276,7 +304,7 @@ static void doc_print_json(const doc_backend *bs, int n, const char *vk_note) {
     printf("]}\n");
 }
 
-static void doc_print_text(const doc_backend *bs, int n, const char *vk_note) {
+static void doc_print_text(const doc_backend *bs, int n, const char *vk_note, bool list_vk) {
     printf("tensile %s doctor\n\nbackends\n", TSL_VERSION_STRING);
     for (int i = 0; i < n; i++) {
         const doc_backend *b = &bs[i];
@@ -288,7 +316,7 @@ static void doc_print_text(const doc_backend *bs, int n, const char *vk_note) {
         if (b->threads > 0) printf("  %-9s threads: %d, SIMD kernels: %s\n", "", b->threads, tsl_cpu_simd_name());
     }
 #ifdef TSL_HAVE_VULKAN
-    int nd = tsl_vulkan_device_count();
+    int nd = list_vk ? tsl_vulkan_device_count() : 0;
     for (int i = 0; i < nd; i++) {
         tsl_vulkan_device_info info;
         tsl_error e;
@@ -336,19 +364,29 @@ static void doc_print_text(const doc_backend *bs, int n, const char *vk_note) {
 
 int cmd_doctor(int argc, char **argv) {
     bool json = false;
+    const char *only = "all";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
             json = true;
+        } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            only = argv[++i];
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tensile doctor [--json]\n"
+            printf("usage: tensile doctor [--json] [--backend cpu|vulkan|all]\n"
                    "  list backends and devices, build every kernel, run a short fault drill, and give one\n"
                    "  verdict per backend: ready, degraded: <reasons>, or unusable: <reason>.\n"
+                   "  --backend B  examine only that backend (default: every backend built)\n"
                    "exit: 0 when every backend is ready or degraded, 1 when one is unusable\n");
             return 0;
         } else {
-            fprintf(stderr, "usage: tensile doctor [--json]\n");
+            fprintf(stderr, "usage: tensile doctor [--json] [--backend cpu|vulkan|all]\n");
             return 2;
         }
+    }
+    bool want_cpu = !strcmp(only, "all") || !strcmp(only, "cpu");
+    bool want_vk = !strcmp(only, "all") || !strcmp(only, "vulkan");
+    if (!want_cpu && !want_vk) {
+        fprintf(stderr, "tensile doctor: unknown backend '%s' (cpu, vulkan, all)\n", only);
+        return 2;
     }
     doc_backend *bs = calloc(DOC_MAX_BACKENDS, sizeof *bs);
     if (!bs) {
@@ -359,23 +397,28 @@ int cmd_doctor(int argc, char **argv) {
     const char *vk_note = "not built";
 
     /* 1-2: make each backend, build its kernels, and let it go again before
-     * the drill forks (no threads of ours live across a fork) */
-    doc_backend *b = &bs[n++];
-    snprintf(b->kind, sizeof b->kind, "cpu");
+     * the drill starts (no threads of ours live across its fork) */
+    doc_backend *b;
     tsl_error e;
-    tsl_error_clear(&e);
-    tsl_backend *be = tsl_backend_cpu_new(0, &e);
-    if (be) {
-        doc_probe(b, be);
-        tsl_backend_free(be);
-    } else {
-        tsl_error_format(&e, b->create_err, sizeof b->create_err);
+    tsl_backend *be;
+    if (want_cpu) {
+        b = &bs[n++];
+        snprintf(b->kind, sizeof b->kind, "cpu");
+        tsl_error_clear(&e);
+        be = tsl_backend_cpu_new(0, &e);
+        if (be) {
+            doc_probe(b, be);
+            tsl_backend_free(be);
+        } else {
+            tsl_error_format(&e, b->create_err, sizeof b->create_err);
+        }
     }
+    if (!want_vk) vk_note = NULL;
 #ifdef TSL_HAVE_VULKAN
-    vk_note = NULL;
-    if (tsl_vulkan_device_count() == 0) {
+    else if (tsl_vulkan_device_count() == 0) {
         vk_note = "built, but no Vulkan device was found";
     } else {
+        vk_note = NULL;
         b = &bs[n++];
         snprintf(b->kind, sizeof b->kind, "vulkan");
         tsl_error_clear(&e);
@@ -388,6 +431,13 @@ int cmd_doctor(int argc, char **argv) {
         }
     }
 #endif
+    if (!want_cpu && vk_note) {
+        /* asked for Vulkan alone, and there is none: that is the verdict */
+        b = &bs[n++];
+        snprintf(b->kind, sizeof b->kind, "vulkan");
+        snprintf(b->create_err, sizeof b->create_err, "Vulkan backend %s", vk_note);
+        vk_note = NULL; /* said once, in the verdict */
+    }
 
     /* 3: the drill, then 4: the verdicts */
     for (int i = 0; i < n; i++)
@@ -400,7 +450,7 @@ int cmd_doctor(int argc, char **argv) {
     if (json)
         doc_print_json(bs, n, vk_note);
     else
-        doc_print_text(bs, n, vk_note);
+        doc_print_text(bs, n, vk_note, want_vk);
     fflush(stdout);
     free(bs);
     return rc;

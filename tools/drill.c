@@ -24,29 +24,53 @@
  *
  * Each row checks: the fault fired exactly once; the status; that the
  * record names the injected node, tensor or kernel; that the next compute
- * (after recover for lost; through the scheduler with the CPU fallback for
- * kernel) equals the reference bit for bit; and that the backends hold as
- * many buffers as before the row. A row that passes every check is
- * "handled"; one with a wrong status, record or result is "wrong"; one that
- * left a buffer behind is "leaked". Heap leaks are the sanitizer's job: CI
- * runs the drill in the ASan/LSan build too.
+ * (after recover for lost) equals the reference bit for bit; and that the
+ * backends hold as many buffers as before the row. A row that passes every
+ * check is "handled"; one with a wrong status, record or result is "wrong";
+ * one that left a buffer behind is "leaked". Heap leaks are the sanitizer's
+ * job: CI runs the drill in the ASan/LSan build too.
  *
- * Each class runs in a child process (fork), so a crash costs that class's
- * remaining rows, reported as "crashed" with the signal, and the other
- * classes still run. A child that ends through a sanitizer report counts
- * as crashed (ASan, UBSan) or leaked (LSan's exit code 23). Rows go back to
- * the parent through a pipe as they finish.
+ * The kernel rows' reference. After a kernel failure the scheduler runs the
+ * ops of that kernel on the CPU fallback, which sums in another order (and
+ * quantizes activations in quantized products) than a GPU: the result of
+ * the mixed placement is not the all-GPU result, and comparing the two
+ * would blame the backend for arithmetic. So each kernel row computes,
+ * with no fault anywhere, the same graph with the same placement (the
+ * moved nodes pinned to the fallback through memory the drill places them
+ * in, see drill_pinned_reference) and requires the recovered run to equal
+ * it bit for bit; it also checks that exactly the nodes of the failed
+ * kernel moved, and that the mixed result stays near the all-GPU one (a
+ * loose bound, against a fallback broken the same way in both runs). Every
+ * other row compares with the one fault-free reference, bit for bit.
+ *
+ * Leak accounting. A row counts the buffers of the backend under test and
+ * of the fallback before the fault and after everything the row made is
+ * freed; the kernel rows free their scheduler (whose graph allocators keep
+ * buffers by design) before counting. A hidden flag, --plant-leak, keeps
+ * one buffer of the first kernel row alive until the end of the class, so a
+ * test proves such a buffer is reported.
+ *
+ * Each class runs in a fresh process: fork, then exec of this program
+ * (/proc/self/exe) in a hidden child mode (`drill --child KIND CLASS --fd
+ * N`), never a bare fork. A forked child would inherit the parent's driver
+ * state (a Vulkan instance made while looking for devices, or by `tensile
+ * doctor` building kernels), and NVIDIA's driver does not survive that: the
+ * child cannot make an instance at all. The CPU drill runs the same way, so
+ * both backends are drilled alike. A crash costs that class's remaining
+ * rows, reported as "crashed" with the signal, and the other classes still
+ * run. A child that ends through a sanitizer report counts as crashed
+ * (ASan, UBSan) or leaked (LSan's exit code 23). Rows go back to the parent
+ * through a pipe as they finish. Neither the children nor the parent use an
+ * ambient TSL_FAULT: the drill injects its own faults.
  *
  * Injection points are found through the public API too: kernel names by
  * injecting a kernel fault at each node in turn and reading the name from
  * the record (recover between: it clears the kernel-failure cache), the
  * allocation sizes from the buffers a clean run made. Rules use times=1, so
- * exactly one fault fires whatever the backend's compute count is. An
- * ambient TSL_FAULT is ignored: the drill injects its own faults.
- *
- * The leak check compares the backends' live-buffer counts
- * (tsl_backend_n_buffers) around each fault; the sanitizer build adds LSan.
+ * exactly one fault fires whatever the backend's compute count is.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -69,6 +93,7 @@ enum { DR_EMBD = 64, DR_HEAD = 4, DR_HDIM = 16, DR_FF = 128, DR_VOCAB = 64, DR_T
 typedef struct drill_opts {
     const char *backend; /* "cpu", "vulkan", "all" */
     bool json, quick, verbose;
+    bool plant_leak; /* hidden self-check: the first kernel row leaves a buffer */
     int threads;
 } drill_opts;
 
@@ -270,6 +295,8 @@ typedef struct drill {
     int fd;            /* pipe to the parent, -1 in-process */
     drill_counts c;
     int n_skipped;     /* points that do not exist on this backend */
+    tsl_buffer *planted; /* --plant-leak: kept from its row until teardown */
+    char note[160];      /* what a row found besides its record (printed with -v) */
 } drill;
 
 /* Pipe messages: a plan (how many rows will come) and one per row. */
@@ -337,9 +364,14 @@ static void drill_row(drill *d, const char *rule, const char *why, bool leaked, 
     if (why[0]) d->c.wrong++;
     if (leaked) d->c.leaked++;
     drill_send(d, (drill_msg){.kind = 1, .n = 1, .handled = ok, .wrong = why[0] != 0, .leaked = leaked});
-    if (ok && !d->o.verbose) return;
+    if (ok && !d->o.verbose) {
+        d->note[0] = 0;
+        return;
+    }
     char line[700];
     drill_line(e, line, sizeof line);
+    if (d->note[0]) fprintf(d->detail, "  %-6s %-44s %s\n", tsl_fault_class_name(d->cls), rule, d->note);
+    d->note[0] = 0;
     if (ok)
         fprintf(d->detail, "  %-6s %-44s ok: %s\n", tsl_fault_class_name(d->cls), rule, line);
     else
@@ -693,85 +725,300 @@ static int drill_find_kernels(drill *d, char (*names)[64], int *first) {
     return n;
 }
 
+/* Where each node of the scheduler's last plan ran: DR_ON_BE, DR_ON_FB, or
+ * DR_ON_NONE for a node no split covers. */
+enum { DR_ON_NONE = 0, DR_ON_BE = 1, DR_ON_FB = 2 };
+
+static void drill_placement(const drill *d, const tsl_sched *s, int n_nodes, signed char *where) {
+    memset(where, DR_ON_NONE, (size_t)n_nodes);
+    for (int sp = 0; sp < tsl_sched_n_splits(s); sp++) {
+        int fn = 0, nn = 0;
+        tsl_backend *b = tsl_sched_split_backend(s, sp, &fn, &nn);
+        signed char on = b == d->be ? DR_ON_BE : b == d->fb ? DR_ON_FB : DR_ON_NONE;
+        for (int i = fn; i < fn + nn && i < n_nodes; i++)
+            if (i >= 0) where[i] = on;
+    }
+}
+
+/* What computed a node placed on `on`, for comparing placements: a backend
+ * under test that is a twin of the fallback (a second CPU backend with as
+ * many threads: same kernels, same arithmetic) counts as the fallback. Host
+ * memory does not tell those two apart, so for them "the same placement"
+ * can only mean the same engine. */
+static int drill_engine(const drill *d, signed char on) {
+    bool twin = !strcmp(tsl_backend_name(d->be), tsl_backend_name(d->fb)) &&
+                tsl_backend_cpu_threads(d->be) == tsl_backend_cpu_threads(d->fb);
+    return on == DR_ON_BE && twin ? DR_ON_FB : on;
+}
+
+/* The output of the scheduler's last compute, or NULL (why says why). */
+static float *drill_read(const tsl_tensor *out, char *why, size_t n) {
+    size_t nb = tsl_nbytes(out);
+    float *r = malloc(nb);
+    tsl_error e;
+    tsl_error_clear(&e);
+    if (!r || tsl_tensor_get(out, r, 0, nb, &e) != TSL_SUCCESS) {
+        drill_why(why, n, "could not read the output: %s", r ? e.message : "out of memory");
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* The fault-free result of the graph with a given placement, for the kernel
+ * rows. After a kernel failure the scheduler runs that kernel's ops on the
+ * CPU, and the CPU sums in another order (and quantizes activations for
+ * quantized products), so the honest reference is the same placement
+ * without any fault, not the all-GPU run. The placement is made by a means
+ * other than the fault: every compute node `where` puts on the fallback is
+ * placed by the drill in a buffer of the fallback (host memory), and the
+ * scheduler runs a node its owner placed where its memory can be used; the
+ * other nodes go where they would anyway. The plan that results must be
+ * `where`, node for node (up to twins, drill_engine), or the reference is
+ * refused. Everything made here is freed before returning. Returns the
+ * output (malloc'd) or NULL. */
+static float *drill_pinned_reference(drill *d, const signed char *where, char *why, size_t n) {
+    drill_graph g3;
+    tsl_buffer *pin = NULL;
+    tsl_sched *s3 = NULL;
+    float *r = NULL;
+    tsl_error e;
+    tsl_error_clear(&e);
+    if (!drill_graph_build(&g3, &d->m)) {
+        drill_why(why, n, "could not build the graph of the reference");
+        drill_graph_free(&g3);
+        return NULL;
+    }
+    const tsl_graph *g = g3.g;
+    size_t align = tsl_backend_alignment(d->fb), total = 0;
+    if (align == 0) align = 64;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (where[i] == DR_ON_FB && drill_is_compute(g->nodes[i]) && !g->nodes[i]->view_src)
+            total += (tsl_nbytes(g->nodes[i]) + align - 1) / align * align;
+    if (total > 0 && !(pin = tsl_buffer_alloc(d->fb, total, &e))) {
+        drill_why(why, n, "could not allocate the reference's fallback buffer: %s", e.message);
+        goto done;
+    }
+    size_t off = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        tsl_tensor *t = g->nodes[i];
+        if (where[i] != DR_ON_FB || !drill_is_compute(t) || t->view_src) continue;
+        if (tsl_buffer_place(pin, t, off, &e) != TSL_SUCCESS) {
+            drill_why(why, n, "could not place '%s' for the reference: %s", t->name, e.message);
+            goto done;
+        }
+        off += (tsl_nbytes(t) + align - 1) / align * align;
+    }
+    tsl_backend *list[2] = {d->be, d->fb};
+    s3 = tsl_sched_new(list, 2, (tsl_sched_params){0}, &e);
+    if (!s3 || tsl_sched_compute(s3, g3.g, &e) != TSL_SUCCESS) {
+        char line[600];
+        drill_line(&e, line, sizeof line);
+        drill_why(why, n, "the fault-free compute with the same placement failed: %s", line);
+        goto done;
+    }
+    signed char *w3 = malloc((size_t)g->n_nodes);
+    if (!w3) {
+        drill_why(why, n, "out of memory");
+        goto done;
+    }
+    drill_placement(d, s3, g->n_nodes, w3);
+    int differ = -1;
+    for (int i = 0; i < g->n_nodes && differ < 0; i++)
+        if (drill_engine(d, w3[i]) != drill_engine(d, where[i])) differ = i;
+    free(w3);
+    if (differ >= 0)
+        drill_why(why, n, "the reference could not be given the same placement (node %d '%s')", differ,
+                  g->nodes[differ]->name);
+    else
+        r = drill_read(g3.out, why, n);
+done:
+    tsl_sched_free(s3);
+    tsl_buffer_free(pin);
+    drill_graph_free(&g3);
+    return r;
+}
+
+/* A loose check that a mixed-placement result is still the same function
+ * of the inputs: within DR_MIXED_TOL of the all-GPU reference's largest
+ * magnitude. It only guards against a fallback path that is broken the same
+ * way in both runs compared bit for bit; the bit-for-bit comparison with the
+ * same-placement reference is the check. (Measured on lavapipe: at most
+ * 1.3% of the largest magnitude, from the CPU's quantized activations in
+ * Q4_0/Q8_0 products.) */
+#define DR_MIXED_TOL 0.05
+static void drill_near_ref(const drill *d, const float *r, char *why, size_t n) {
+    size_t cnt = d->ref_bytes / sizeof(float);
+    double big = 0, worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < cnt; i++) big = fmax(big, fabs((double)d->ref[i]));
+    for (size_t i = 0; i < cnt; i++) {
+        double diff = fabs((double)r[i] - (double)d->ref[i]);
+        if (!(diff <= worst)) worst = diff, at = i; /* NaN counts as worst */
+    }
+    if (!(worst <= DR_MIXED_TOL * big))
+        drill_why(why, n, "the mixed-placement result is far from the all-GPU one (at %zu: %g, not %g)", at,
+                  (double)r[at], (double)d->ref[at]);
+}
+
+/* A scheduler over (be, fb) and a graph of its own: a graph whose nodes
+ * hold addresses from a scheduler freed since is not reused. */
+typedef struct drill_sched {
+    drill_graph g;
+    tsl_sched *s;
+} drill_sched;
+
+static bool drill_sched_new(drill *d, drill_sched *ds, tsl_error *e) {
+    memset(ds, 0, sizeof *ds);
+    if (!drill_graph_build(&ds->g, &d->m)) {
+        snprintf(e->message, sizeof e->message, "could not build the graph");
+        return false;
+    }
+    tsl_backend *list[2] = {d->be, d->fb};
+    ds->s = tsl_sched_new(list, 2, (tsl_sched_params){0}, e);
+    return ds->s != NULL;
+}
+
+static void drill_sched_free(drill_sched *ds) {
+    tsl_sched_free(ds->s);
+    drill_graph_free(&ds->g);
+    memset(ds, 0, sizeof *ds);
+}
+
+/* One kernel row: break kernel `name` (first needed by node `first`), check
+ * the failure, then the scheduler's next compute: it must succeed, with
+ * exactly the ops whose kernel failed on the fallback, and equal the
+ * fault-free compute of that same placement bit for bit. The scheduler is
+ * freed before the buffers are counted: its allocators' buffers are its
+ * own, not the row's. */
+static void drill_kernel_row(drill *d, const char *name, int first) {
+    char rule[128], why[512] = "";
+    snprintf(rule, sizeof rule, "kernel@name=%s,times=1", name);
+    tsl_error e, r;
+    tsl_error_clear(&e);
+    int live0 = drill_live_all(d);
+    if (d->o.plant_leak && !d->planted) /* the self-check: this row must be reported leaked */
+        d->planted = tsl_buffer_alloc(d->fb, 4096, &r);
+    uint64_t fired0 = tsl_backend_injected(d->be, TSL_FAULT_KERNEL);
+    tsl_backend_recover(d->be, &r); /* built kernels are dropped: the next use builds */
+    drill_sched ds;
+    if (!drill_sched_new(d, &ds, &e)) {
+        drill_why(why, sizeof why, "could not make the scheduler: %s", e.message);
+        drill_sched_free(&ds);
+        drill_row(d, rule, why, drill_live_all(d) != live0, &e);
+        return;
+    }
+    tsl_sched *s = ds.s;
+    const tsl_graph *g = ds.g.g; /* gone with ds */
+    tsl_status st = tsl_backend_inject(d->be, rule, &e);
+    if (st == TSL_SUCCESS) st = tsl_sched_compute(s, ds.g.g, &e);
+    tsl_backend_inject_clear(d->be);
+    if (tsl_backend_injected(d->be, TSL_FAULT_KERNEL) - fired0 != 1)
+        drill_why(why, sizeof why, "the fault did not fire once");
+    if (st != TSL_FAILED) drill_why(why, sizeof why, "status %s, expected FAILED", tsl_status_str(st));
+    if (strcmp(e.kernel, name) != 0)
+        drill_why(why, sizeof why, "the record names kernel '%s', not '%s'", e.kernel, name);
+    if (e.node != first) drill_why(why, sizeof why, "the record names node %d, not %d", e.node, first);
+    if (e.split < 0 || tsl_sched_split_backend(s, e.split, NULL, NULL) != d->be)
+        drill_why(why, sizeof why, "the record names split %d, not a split of the backend under test", e.split);
+    /* the failure is cached: the next compute runs those ops on the fallback */
+    tsl_error e2;
+    tsl_error_clear(&e2);
+    signed char *where = malloc((size_t)g->n_nodes);
+    float *got = NULL;
+    int moved = 0; /* compute nodes on the fallback */
+    st = tsl_sched_compute(s, ds.g.g, &e2);
+    if (!where) {
+        drill_why(why, sizeof why, "out of memory");
+    } else if (st != TSL_SUCCESS) {
+        char line[600];
+        drill_line(&e2, line, sizeof line);
+        drill_why(why, sizeof why, "the next compute through the scheduler failed: %s", line);
+    } else {
+        drill_placement(d, s, g->n_nodes, where);
+        if (where[first] != DR_ON_FB) drill_why(why, sizeof why, "node %d did not move to the fallback", first);
+        /* exactly the ops the backend now refuses moved, nothing else */
+        for (int i = 0; i < g->n_nodes; i++) {
+            if (!drill_is_compute(g->nodes[i])) continue;
+            moved += where[i] == DR_ON_FB;
+            bool refused = !tsl_backend_supports_op(d->be, g->nodes[i]);
+            if (refused != (where[i] == DR_ON_FB))
+                drill_why(why, sizeof why, "node %d '%s' ran on the %s although the backend %s it", i,
+                          g->nodes[i]->name, where[i] == DR_ON_FB ? "fallback" : "backend under test",
+                          refused ? "refuses" : "supports");
+        }
+        got = drill_read(ds.g.out, why, sizeof why);
+    }
+    drill_sched_free(&ds);
+    if (tsl_backend_recover(d->be, &r) != TSL_SUCCESS) /* forgets the failure */
+        drill_why(why, sizeof why, "recover failed: %s", r.message);
+    if (got && !why[0]) {
+        float *want = drill_pinned_reference(d, where, why, sizeof why);
+        if (want && memcmp(got, want, d->ref_bytes) != 0) {
+            size_t bad = 0, at = 0, cnt = d->ref_bytes / sizeof(float);
+            for (size_t i = cnt; i-- > 0;)
+                if (memcmp(&got[i], &want[i], sizeof(float)) != 0) bad++, at = i;
+            drill_why(why, sizeof why,
+                      "wrong result: %zu of %zu values differ from the fault-free run with the same placement "
+                      "(first at %zu: %g, not %g)",
+                      bad, cnt, at, (double)got[at], (double)want[at]);
+        }
+        if (want) {
+            drill_near_ref(d, got, why, sizeof why);
+            size_t differ = 0, cnt = d->ref_bytes / sizeof(float);
+            for (size_t i = 0; i < cnt; i++) differ += memcmp(&got[i], &d->ref[i], sizeof(float)) != 0;
+            snprintf(d->note, sizeof d->note,
+                     "%d node(s) on the fallback; the result equals that placement's fault-free run, and "
+                     "differs from the all-%s run in %zu of %zu values", moved, d->kind, differ, cnt);
+        }
+        free(want);
+    }
+    free(got);
+    free(where);
+    drill_row(d, rule, why, drill_live_all(d) != live0, &e);
+}
+
 static void drill_kernel(drill *d) {
     char names[DR_MAX_KERNELS][64];
     int first[DR_MAX_KERNELS];
     int n = drill_find_kernels(d, names, first);
-    drill_graph g2;
-    memset(&g2, 0, sizeof g2);
-    tsl_sched *s = NULL;
+    char why[512] = "";
     tsl_error e;
     tsl_error_clear(&e);
-    char why[512] = "";
-    if (n > 0 && drill_graph_build(&g2, &d->m)) {
-        tsl_backend *list[2] = {d->be, d->fb};
-        s = tsl_sched_new(list, 2, (tsl_sched_params){0}, &e);
-        /* warm up: the scheduler's own buffers exist before the first row,
-         * and its result is the reference */
-        if (s && (tsl_sched_compute(s, g2.g, &e) != TSL_SUCCESS || !drill_same(d, g2.out, why, sizeof why))) {
-            tsl_sched_free(s);
-            s = NULL;
+    if (n > 0) {
+        /* the scheduler's clean compute puts everything on the backend under
+         * test and is the direct compute's result */
+        drill_sched ds;
+        tsl_status st = drill_sched_new(d, &ds, &e) ? tsl_sched_compute(ds.s, ds.g.g, &e) : TSL_FAILED;
+        if (st != TSL_SUCCESS) {
+            char line[600];
+            drill_line(&e, line, sizeof line);
+            drill_why(why, sizeof why, "the scheduler's clean compute failed: %s", line);
+        } else {
+            drill_same(d, ds.g.out, why, sizeof why);
+            for (int sp = 0; sp < tsl_sched_n_splits(ds.s); sp++)
+                if (tsl_sched_split_backend(ds.s, sp, NULL, NULL) != d->be)
+                    drill_why(why, sizeof why, "the scheduler's clean compute used the fallback (split %d)", sp);
         }
-        if (!s) drill_graph_free(&g2);
+        drill_sched_free(&ds);
     }
-    if (!s) {
+    if (n <= 0 || why[0]) {
         /* counted as one wrong row: the class could not run */
         drill_plan(d, 1);
-        drill_why(why, sizeof why, "%s", n <= 0 ? "no kernel names found" : "the scheduler's clean compute failed");
+        if (n <= 0) drill_why(why, sizeof why, "no kernel names found");
         drill_row(d, "kernel", why, false, &e);
         return;
     }
-    int picks = drill_count_picks(d, n);
-    drill_plan(d, picks);
-    char rule[128];
-    for (int k = 0; k < n; k++) {
-        if (!drill_pick(d, k, n)) continue;
-        why[0] = 0;
-        tsl_error_clear(&e);
-        snprintf(rule, sizeof rule, "kernel@name=%s,times=1", names[k]);
-        int live0 = drill_live_all(d);
-        uint64_t fired0 = tsl_backend_injected(d->be, TSL_FAULT_KERNEL);
-        tsl_error r;
-        tsl_backend_recover(d->be, &r); /* built kernels are dropped: the next use builds */
-        tsl_status st = tsl_backend_inject(d->be, rule, &e);
-        if (st == TSL_SUCCESS) st = tsl_sched_compute(s, g2.g, &e);
-        tsl_backend_inject_clear(d->be);
-        if (tsl_backend_injected(d->be, TSL_FAULT_KERNEL) - fired0 != 1)
-            drill_why(why, sizeof why, "the fault did not fire once");
-        if (st != TSL_FAILED) drill_why(why, sizeof why, "status %s, expected FAILED", tsl_status_str(st));
-        if (strcmp(e.kernel, names[k]) != 0)
-            drill_why(why, sizeof why, "the record names kernel '%s', not '%s'", e.kernel, names[k]);
-        if (e.node != first[k]) drill_why(why, sizeof why, "the record names node %d, not %d", e.node, first[k]);
-        if (e.split < 0 || tsl_sched_split_backend(s, e.split, NULL, NULL) != d->be)
-            drill_why(why, sizeof why, "the record names split %d, not a split of the backend under test", e.split);
-        /* the failure is cached: the next compute runs those ops on the fallback */
-        tsl_error e2;
-        tsl_error_clear(&e2);
-        st = tsl_sched_compute(s, g2.g, &e2);
-        if (st != TSL_SUCCESS) {
-            char line[600];
-            drill_line(&e2, line, sizeof line);
-            drill_why(why, sizeof why, "the next compute through the scheduler failed: %s", line);
-        } else {
-            int fn = -1, nn = 0;
-            for (int sp = 0; sp < tsl_sched_n_splits(s); sp++) {
-                tsl_backend *b = tsl_sched_split_backend(s, sp, &fn, &nn);
-                if (first[k] >= fn && first[k] < fn + nn && b != d->fb)
-                    drill_why(why, sizeof why, "node %d did not move to the fallback", first[k]);
-            }
-            drill_same(d, g2.out, why, sizeof why);
-        }
-        if (tsl_backend_recover(d->be, &r) != TSL_SUCCESS) /* forgets the failure */
-            drill_why(why, sizeof why, "recover failed: %s", r.message);
-        drill_row(d, rule, why, drill_live_all(d) != live0, &e);
-    }
-    tsl_sched_free(s);
-    drill_graph_free(&g2);
+    drill_plan(d, drill_count_picks(d, n));
+    for (int k = 0; k < n; k++)
+        if (drill_pick(d, k, n)) drill_kernel_row(d, names[k], first[k]);
 }
 
 /* Free everything; returns how many buffers were still alive once the
  * drill's own were freed (each is a leak). */
 static int drill_teardown(drill *d) {
+    tsl_buffer_free(d->planted);
+    d->planted = NULL;
     tsl_gallocr_free(d->ga);
     drill_graph_free(&d->g1);
     drill_model_free(&d->m);
@@ -860,6 +1107,7 @@ extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
 #endif
 #define DRILL_EXIT_SETUP 3
 #define DRILL_EXIT_LEAKS 4
+#define DRILL_EXIT_EXEC 5  /* the child could not exec the drill */
 
 static bool drill_heap_leaked(void) {
 #if defined(__GNUC__)
@@ -868,37 +1116,104 @@ static bool drill_heap_leaked(void) {
     return false;
 }
 
-/* Run one class in a child process; a crash there is counted, not fatal. */
-static void drill_class_fork(const drill_opts *o, const char *kind, tsl_fault_class cls, drill_counts *out) {
+static bool drill_kind_built(const char *kind) {
+    if (!strcmp(kind, "cpu")) return true;
+#ifdef TSL_HAVE_VULKAN
+    if (!strcmp(kind, "vulkan")) return true;
+#endif
+    return false;
+}
+
+/* The hidden child mode (`tensile drill --child KIND CLASS --fd N ...`):
+ * run one class, rows to fd, and end the process with the status the parent
+ * reads. Never returns. */
+static void drill_child_main(const drill_opts *o, const char *kind, const char *cls_name, int fd) {
+    /* a closed stdout (`| head`) is not a crash of the drill */
+    signal(SIGPIPE, SIG_IGN);
+    unsetenv("TSL_FAULT"); /* the parent dropped it; never inherit one */
+    int cls = -1;
+    for (int c = 0; c < TSL_FAULT_CLASS_COUNT; c++)
+        if (!strcmp(cls_name, tsl_fault_class_name((tsl_fault_class)c))) cls = c;
+    bool ok = false;
+    if (cls < 0 || !drill_kind_built(kind) || fd < 0)
+        fprintf(stderr, "tensile drill: bad child arguments (%s %s, fd %d)\n", kind, cls_name, fd);
+    else {
+        drill_counts c;
+        ok = drill_class_run(o, kind, (tsl_fault_class)cls, fd, &c);
+    }
+    if (fd >= 0) close(fd);
+    tsl_log_set(NULL, NULL);
+    fflush(stdout);
+    fflush(stderr);
+    if (drill_heap_leaked()) _exit(DRILL_EXIT_LEAKS); /* reported; skip the check at exit */
+    exit(ok ? 0 : DRILL_EXIT_SETUP);
+}
+
+/* Run one class in a fresh process: fork, then exec this same program in
+ * the hidden child mode. A plain fork would hand the child the parent's
+ * driver state (a Vulkan instance made by an earlier look at the devices,
+ * or by `tensile doctor` building kernels), which NVIDIA's driver does not
+ * survive; a fresh image starts with none. A crash there is counted, not
+ * fatal. */
+static void drill_class_spawn(const drill_opts *o, const char *kind, tsl_fault_class cls, drill_counts *out) {
     memset(out, 0, sizeof *out);
     int p[2];
     fflush(stdout);
     fflush(stderr);
-    pid_t pid = pipe(p) == 0 ? fork() : -1;
-    if (pid < 0) {
-        /* no process of its own: run it here */
-        if (!drill_class_run(o, kind, cls, -1, out)) out->injected = out->wrong = 1;
+    if (pipe(p) != 0) {
+        fprintf(stderr, "tensile drill: %s %s: could not make a pipe\n", kind, tsl_fault_class_name(cls));
+        out->injected = out->wrong = 1;
         return;
     }
+    /* the read end must not reach the child: it would keep the pipe open */
+    fcntl(p[0], F_SETFD, FD_CLOEXEC);
+    /* everything the child needs is made before the fork: between fork and
+     * exec only async-signal-safe calls are made */
+    char a_kind[16], a_cls[16], a_fd[16], a_thr[16];
+    snprintf(a_kind, sizeof a_kind, "%s", kind);
+    snprintf(a_cls, sizeof a_cls, "%s", tsl_fault_class_name(cls));
+    snprintf(a_fd, sizeof a_fd, "%d", p[1]);
+    snprintf(a_thr, sizeof a_thr, "%d", o->threads);
+    char a_tensile[] = "tensile", a_drill[] = "drill", a_child[] = "--child", a_fdopt[] = "--fd",
+         a_thropt[] = "--threads", a_quick[] = "--quick", a_v[] = "-v", a_json[] = "--json",
+         a_plant[] = "--plant-leak";
+    char *argv[16];
+    int n = 0;
+    argv[n++] = a_tensile;
+    argv[n++] = a_drill;
+    argv[n++] = a_child;
+    argv[n++] = a_kind;
+    argv[n++] = a_cls;
+    argv[n++] = a_fdopt;
+    argv[n++] = a_fd;
+    argv[n++] = a_thropt;
+    argv[n++] = a_thr;
+    if (o->quick) argv[n++] = a_quick;
+    if (o->verbose) argv[n++] = a_v;
+    if (o->json) argv[n++] = a_json;
+    if (o->plant_leak) argv[n++] = a_plant;
+    argv[n] = NULL;
+    pid_t pid = fork();
     if (pid == 0) {
-        close(p[0]);
-        /* a closed stdout (`| head`) is not a crash of the drill */
-        signal(SIGPIPE, SIG_IGN);
-        drill_counts c;
-        bool ok = drill_class_run(o, kind, cls, p[1], &c);
-        close(p[1]);
-        tsl_log_set(NULL, NULL);
-        fflush(stdout);
-        fflush(stderr);
-        if (drill_heap_leaked()) _exit(DRILL_EXIT_LEAKS); /* reported; skip the check at exit */
-        exit(ok ? 0 : DRILL_EXIT_SETUP);
+        execv("/proc/self/exe", argv);
+        static const char msg[] = "tensile drill: could not exec /proc/self/exe for a drill process\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(DRILL_EXIT_EXEC);
     }
     close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        fprintf(stderr, "tensile drill: %s %s: could not start a drill process\n", kind, tsl_fault_class_name(cls));
+        out->injected = out->wrong = 1;
+        return;
+    }
     int planned = -1, got = 0;
     drill_msg m;
     size_t have = 0;
     for (;;) {
         ssize_t r = read(p[0], (char *)&m + have, sizeof m - have);
+        if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         have += (size_t)r;
         if (have < sizeof m) continue;
@@ -918,7 +1233,7 @@ static void drill_class_fork(const drill_opts *o, const char *kind, tsl_fault_cl
     }
     close(p[0]);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     int missing = planned > got ? planned - got : 0;
     if (WIFSIGNALED(status)) {
@@ -930,8 +1245,8 @@ static void drill_class_fork(const drill_opts *o, const char *kind, tsl_fault_cl
     } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
         int code = WEXITSTATUS(status);
         int n = missing > 0 ? missing : 1;
-        if (code == DRILL_EXIT_SETUP) {
-            out->wrong += n; /* setup failed; said why */
+        if (code == DRILL_EXIT_SETUP || code == DRILL_EXIT_EXEC) {
+            out->wrong += n; /* setup failed, or no process could run it; said why */
             out->injected += n;
         } else if ((code == DRILL_EXIT_LEAKS || code == 23) && missing == 0) {
             out->leaked += 1; /* the leak checker's report is above */
@@ -973,19 +1288,20 @@ static int drill_usage(FILE *f) {
     return 2;
 }
 
-static bool drill_kind_built(const char *kind) {
-    if (!strcmp(kind, "cpu")) return true;
-#ifdef TSL_HAVE_VULKAN
-    if (!strcmp(kind, "vulkan")) return true;
-#endif
-    return false;
-}
-
 int cmd_drill(int argc, char **argv) {
     drill_opts o = {.backend = "cpu", .threads = 2};
+    const char *child_kind = NULL, *child_cls = NULL;
+    int child_fd = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc)
             o.backend = argv[++i];
+        else if (!strcmp(argv[i], "--child") && i + 2 < argc) { /* hidden: one class, see drill_class_spawn */
+            child_kind = argv[++i];
+            child_cls = argv[++i];
+        } else if (!strcmp(argv[i], "--fd") && i + 1 < argc) /* hidden: the child's pipe */
+            child_fd = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--plant-leak")) /* hidden: proves a leaked buffer is counted */
+            o.plant_leak = true;
         else if (!strcmp(argv[i], "--json"))
             o.json = true;
         else if (!strcmp(argv[i], "--quick"))
@@ -1001,6 +1317,18 @@ int cmd_drill(int argc, char **argv) {
             return drill_usage(stderr);
     }
     if (o.threads < 1) o.threads = 1;
+    if (child_kind) {
+        if (o.verbose)
+            tsl_log_set(drill_log, o.json ? stderr : stdout);
+        else
+            tsl_log_set(drill_log_quiet, NULL);
+        drill_child_main(&o, child_kind, child_cls, child_fd);
+    }
+    /* before anything is made: the class processes inherit the environment */
+    if (getenv("TSL_FAULT")) {
+        fprintf(stderr, "tensile drill: ignoring TSL_FAULT: the drill injects its own faults\n");
+        unsetenv("TSL_FAULT");
+    }
     const char *kinds[2];
     int n_kinds = 0;
     if (!strcmp(o.backend, "all")) {
@@ -1021,10 +1349,6 @@ int cmd_drill(int argc, char **argv) {
         fprintf(stderr, "tensile drill: unknown backend '%s' (cpu, vulkan, all)\n", o.backend);
         return 2;
     }
-    if (getenv("TSL_FAULT")) {
-        fprintf(stderr, "tensile drill: ignoring TSL_FAULT: the drill injects its own faults\n");
-        unsetenv("TSL_FAULT");
-    }
 
     if (o.verbose)
         tsl_log_set(drill_log, o.json ? stderr : stdout);
@@ -1039,7 +1363,7 @@ int cmd_drill(int argc, char **argv) {
     for (int b = 0; b < n_kinds; b++) {
         for (int c = 0; c < TSL_FAULT_CLASS_COUNT; c++) {
             drill_counts r;
-            drill_class_fork(&o, kinds[b], (tsl_fault_class)c, &r);
+            drill_class_spawn(&o, kinds[b], (tsl_fault_class)c, &r);
             total.injected += r.injected;
             total.handled += r.handled;
             total.crashed += r.crashed;

@@ -26,8 +26,11 @@
  *  (new device at once, persistent buffers restored, the rest zeroed and
  *  flagged, results as before the fault).
  *
- * With TSL_VULKAN_VALIDATE=1 the validation layer runs too: the only error
- * it may report is the deliberately broken pipeline of (a).
+ * The Khronos validation layer runs too: the test turns TSL_VULKAN_VALIDATE
+ * on itself unless the environment sets it, and the only errors the layer
+ * may report, device teardown included, are the deliberately broken
+ * pipeline's of (a). With TSL_REQUIRE_VULKAN set (CI), a layer that was
+ * asked for and did not load is a failure.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +51,7 @@ int main(void) {
 #include <glob.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +73,16 @@ const char *__lsan_default_suppressions(void) { return "leak:libvulkan_lvp.so\n"
 static tsl_backend *g_vk, *g_cpu;
 static int g_index;
 static uint64_t g_expected_validation_errors;
+static atomic_int g_layer_on, g_layer_missing;
+
+/* Log lines go to stderr as by default (WARN and above); the layer's
+ * loading is noted from the library's own line. */
+static void vkt_log(tsl_log_level level, const char *line, void *user) {
+    (void)user;
+    if (strstr(line, "validation layer on")) atomic_store(&g_layer_on, 1);
+    if (strstr(line, "validation layer is not installed")) atomic_store(&g_layer_missing, 1);
+    if (level >= TSL_LOG_WARN) fprintf(stderr, "tensile: %s\n", line);
+}
 
 static int vkt_devices(void) {
     int n = tsl_vulkan_device_count();
@@ -832,15 +846,35 @@ static void test_inject_lost(void) {
     fg_free(&f);
 }
 
+/* Run with every backend freed, so the device was destroyed and the layer
+ * has checked for objects left behind; a new backend only reads the
+ * counter, which is process-wide. */
 static void test_validation(void) {
+    tsl_error err;
+    tsl_backend *be = tsl_backend_vulkan_new(g_index, &err);
+    CHECK(be != NULL);
     tsl_vulkan_stats s;
-    CHECK(tsl_backend_vulkan_stats(g_vk, &s) == TSL_SUCCESS);
-    CHECKF(s.validation_errors == g_expected_validation_errors,
-           "the validation layer reported %llu errors (%llu expected: the broken pipeline)",
-           (unsigned long long)s.validation_errors, (unsigned long long)g_expected_validation_errors);
+    CHECK(be && tsl_backend_vulkan_stats(be, &s) == TSL_SUCCESS);
+    if (be)
+        CHECKF(s.validation_errors == g_expected_validation_errors,
+               "the validation layer reported %llu errors (%llu expected: the broken pipeline)",
+               (unsigned long long)s.validation_errors, (unsigned long long)g_expected_validation_errors);
+    tsl_backend_free(be);
+    const char *v = getenv("TSL_VULKAN_VALIDATE");
+    bool asked = v && *v && strcmp(v, "0") != 0;
+    printf("  validation layer: %s\n", !asked ? "off (TSL_VULKAN_VALIDATE=0)"
+                                       : atomic_load(&g_layer_on) ? "on" : "asked for, not loaded");
+    if (asked && getenv("TSL_REQUIRE_VULKAN"))
+        CHECKF(atomic_load(&g_layer_on) && !atomic_load(&g_layer_missing),
+               "TSL_REQUIRE_VULKAN is set and the Khronos validation layer did not load "
+               "(Debian: vulkan-validationlayers)");
 }
 
 int main(void) {
+    /* the layer watches everything, unless the environment says otherwise;
+     * set before the first Vulkan call, which makes the instance */
+    setenv("TSL_VULKAN_VALIDATE", "1", 0);
+    tsl_log_set(vkt_log, NULL);
     if (vkt_devices() <= 0) {
         if (getenv("TSL_REQUIRE_VULKAN")) {
             fprintf(stderr, "FAIL: no Vulkan device and TSL_REQUIRE_VULKAN is set\n");
@@ -873,9 +907,10 @@ int main(void) {
     RUN(test_concurrent_faulty_clean);
     RUN(test_hang);
     RUN(test_inject_lost);
-    RUN(test_validation);
     tsl_backend_free(g_vk);
     tsl_backend_free(g_cpu);
+    RUN(test_validation);
+    tsl_log_set(NULL, NULL);
     return test_summary();
 }
 
