@@ -52,6 +52,8 @@
 
 typedef struct bench_opts {
     bool json, quick;
+    bool vulkan;       /* --backend vulkan */
+    double ref_tflops; /* --ref-tflops: the matmul rate flops_ratio is against (Vulkan) */
     int threads;
     const char *filter;
     size_t l3;
@@ -65,7 +67,8 @@ typedef struct bench_row {
     double seconds, min_seconds; /* NAN when not run */
     double gflops, gbs;          /* NAN when not meaningful */
     double flops_ratio, bw_ratio;
-    double ns_per_node, share; /* fault_checks rows only, else NAN */
+    double ns_per_node, share; /* fault_checks and encode rows only, else NAN */
+    const char *timer;         /* Vulkan rows: "gpu" (timestamps) or "wall"; NULL for the CPU */
     char error[200];
 } bench_row;
 
@@ -138,6 +141,11 @@ static void bench_emit(bench_state *st, bench_row *r) {
             bench_json_num("ns_per_node", r->ns_per_node, false);
             bench_json_num("share", r->share, false);
         }
+        if (r->timer) {
+            printf("\"timer\":");
+            bench_json_str(r->timer);
+            printf(",");
+        }
         bench_json_num("bw_ratio", r->bw_ratio, !r->error[0]);
         if (r->error[0]) {
             printf("\"error\":");
@@ -163,6 +171,7 @@ static void bench_emit(bench_state *st, bench_row *r) {
                    f[2], f[3], f[4]);
             if (isfinite(r->ns_per_node))
                 printf("   %.1f ns/node, %.3f%% of compute", r->ns_per_node, r->share * 100);
+            if (r->timer && strcmp(r->timer, "gpu") != 0) printf("   (%s time)", r->timer);
             printf("\n");
         }
     }
@@ -428,28 +437,27 @@ static void bench_ceiling_fma(bench_state *st) {
 /* Random contents of the right kind: floats in [-1, 1); quantized blocks
  * with small positive scales and random quants (what the kernels see is
  * the same work as for real weights). */
-static void bench_fill(tsl_tensor *t, uint64_t *rng) {
-    const size_t n = tsl_nbytes(t);
-    switch (t->type) {
+static void bench_fill_bytes(tsl_type type, void *data, size_t n, uint64_t *rng) {
+    switch (type) {
     case TSL_TYPE_F32: {
-        float *f = t->data;
+        float *f = data;
         for (size_t i = 0; i < n / 4; i++) f[i] = bench_randf(rng);
         break;
     }
     case TSL_TYPE_F16: {
-        tsl_fp16_t *h = t->data;
+        tsl_fp16_t *h = data;
         for (size_t i = 0; i < n / 2; i++) h[i] = tsl_fp32_to_fp16(bench_randf(rng));
         break;
     }
     case TSL_TYPE_BF16: {
-        tsl_bf16_t *h = t->data;
+        tsl_bf16_t *h = data;
         for (size_t i = 0; i < n / 2; i++) h[i] = tsl_fp32_to_bf16(bench_randf(rng));
         break;
     }
     case TSL_TYPE_Q8_0:
     case TSL_TYPE_Q4_0: {
-        const size_t bs = tsl_type_block_size(t->type);
-        uint8_t *p = t->data;
+        const size_t bs = tsl_type_block_size(type);
+        uint8_t *p = data;
         for (size_t i = 0; i + 8 <= n; i += 8) {
             uint64_t v = bench_rand(rng);
             memcpy(p + i, &v, 8);
@@ -460,9 +468,11 @@ static void bench_fill(tsl_tensor *t, uint64_t *rng) {
         }
         break;
     }
-    default: memset(t->data, 0, n); break;
+    default: memset(data, 0, n); break;
     }
 }
+
+static void bench_fill(tsl_tensor *t, uint64_t *rng) { bench_fill_bytes(t->type, t->data, tsl_nbytes(t), rng); }
 
 /* Computes g reps times after a warm-up; fills the row's timings. */
 static bool bench_time_graph(bench_state *st, tsl_graph *g, bench_row *r, int reps, int per_run) {
@@ -635,6 +645,446 @@ static void bench_bw_op(bench_state *st, int which, size_t bytes) {
     bench_emit(st, &r);
 }
 
+/* ---- Vulkan -------------------------------------------------------------------- */
+
+/*
+ * `tensile bench ops --backend vulkan`: the same rows on a Vulkan device,
+ * each a ratio to a ceiling measured on that device in the same run:
+ *
+ *  - ceiling_copy: an F32 -> F32 cpy graph over 1 GiB (nodes of at most
+ *    256 MiB, so one kernel binding sees each; independent, so they run
+ *    together), bytes read + bytes written, the best of several runs, with
+ *    whatever kernel the backend runs cpy with: so the ceiling is only as
+ *    good as that kernel (a rate above it says the copy kernel is the one
+ *    to improve). Beside it, upload and download: tsl_tensor_set / get of
+ *    those bytes, host wall time (what loading weights costs).
+ *  - mat_vec: y = W x with 8192x8192 weights, as many matrices in one graph
+ *    as make 1 GiB, so no cache on the device (an H200's L2 is 60 MB) holds
+ *    them between runs; like the CPU rows it counts the bytes of weights
+ *    read (x and y are noise), against the copy ceiling.
+ *  - mul_mat 4096^3 in GFLOP/s; flops_ratio is against --ref-tflops when
+ *    given (a rate measured on the same GPU, e.g. torch's bf16 matmul) and
+ *    absent otherwise: there is no FMA ceiling a host program can measure
+ *    on a GPU without writing the kernel it is meant to judge.
+ *  - encode: host time to encode and submit a 1,000-node graph of small ops
+ *    into 9 command buffers (the calling thread and 8 workers), per node
+ *    (tsl_vulkan_stats.last_encode_us_per_node).
+ *
+ * Device times are GPU time from timestamps (tsl_vulkan_stats.last_gpu_us)
+ * where the device writes them, else wall time; each row says which
+ * ("timer"). Medians after warm-up runs, as for the CPU. Everything goes
+ * through the public graph API, so whatever kernel the backend picks for a
+ * node is what is measured.
+ */
+
+#define VKB_MAX_BUFS 160
+
+typedef struct vkb_set {
+    tsl_context *ctx;
+    tsl_backend *be;
+    tsl_buffer *bufs[VKB_MAX_BUFS];
+    int n_bufs;
+} vkb_set;
+
+static tsl_context *vkb_ctx(vkb_set *v, tsl_backend *be, int n_tensors, bench_row *r) {
+    memset(v, 0, sizeof *v);
+    v->be = be;
+    tsl_ctx_params cp = {(size_t)n_tensors * 1024 + (1u << 20), true};
+    v->ctx = tsl_ctx_new(cp);
+    if (!v->ctx) snprintf(r->error, sizeof r->error, "cannot allocate a %zu-byte context", cp.mem_size);
+    return v->ctx;
+}
+
+/* Device memory for every tensor of the set that has none: a buffer of
+ * its own for each large one, so no allocation exceeds the device's largest
+ * (maxMemoryAllocationSize) however many GiB a row needs, and one buffer
+ * for all the small ones. */
+static bool vkb_alloc(vkb_set *v, bench_row *r) {
+    tsl_error err;
+    bool small = false;
+    for (tsl_tensor *t = tsl_ctx_first_tensor(v->ctx); t; t = tsl_ctx_next_tensor(v->ctx, t)) {
+        if (t->data || t->view_src) continue;
+        if (tsl_nbytes(t) < ((size_t)16 << 20)) {
+            small = true;
+            continue;
+        }
+        if (v->n_bufs == VKB_MAX_BUFS) {
+            snprintf(r->error, sizeof r->error, "more than %d large tensors", VKB_MAX_BUFS - 1);
+            return false;
+        }
+        tsl_buffer *b = tsl_buffer_alloc(v->be, tsl_nbytes(t), &err);
+        if (b && tsl_buffer_place(b, t, 0, &err) != TSL_SUCCESS) {
+            tsl_buffer_free(b);
+            b = NULL;
+        }
+        if (!b) {
+            tsl_error_format(&err, r->error, sizeof r->error);
+            return false;
+        }
+        v->bufs[v->n_bufs++] = b;
+    }
+    if (small) {
+        tsl_buffer *b = v->n_bufs < VKB_MAX_BUFS ? tsl_buffer_alloc_ctx(v->be, v->ctx, &err) : NULL;
+        if (!b) {
+            tsl_error_format(&err, r->error, sizeof r->error);
+            return false;
+        }
+        v->bufs[v->n_bufs++] = b;
+    }
+    return true;
+}
+
+static void vkb_free(vkb_set *v) {
+    for (int i = 0; i < v->n_bufs; i++) tsl_buffer_free(v->bufs[i]);
+    tsl_ctx_free(v->ctx);
+    memset(v, 0, sizeof *v);
+}
+
+static bool vkb_set_data(tsl_tensor *t, const void *src, size_t n, bench_row *r) {
+    tsl_error err;
+    if (tsl_tensor_set(t, src, 0, n, &err) == TSL_SUCCESS) return true;
+    tsl_error_format(&err, r->error, sizeof r->error);
+    return false;
+}
+
+/* Random contents for t, made on the host and uploaded. */
+static bool vkb_fill(bench_state *st, tsl_tensor *t, bench_row *r) {
+    size_t n = tsl_nbytes(t);
+    void *h = malloc(n ? n : 1);
+    if (!h) {
+        snprintf(r->error, sizeof r->error, "cannot allocate %zu host bytes", n);
+        return false;
+    }
+    bench_fill_bytes(t->type, h, n, &st->rng);
+    bool ok = vkb_set_data(t, h, n, r);
+    free(h);
+    return ok;
+}
+
+/* Computes g twice to warm up (kernel builds, first touches), then reps
+ * timed times; seconds per run divided by per_run. GPU time when the
+ * backend has timestamps, else wall time. */
+static bool vkb_time_graph(bench_state *st, tsl_graph *g, bench_row *r, int reps, int per_run) {
+    tsl_error err;
+    tsl_vulkan_stats vs;
+    double t[32];
+    if (reps > 31) reps = 31;
+    bool gpu = tsl_backend_vulkan_stats(st->be, &vs) == TSL_SUCCESS && vs.gpu_timing;
+    for (int i = 0; i < reps + 2; i++) {
+        double t0 = bench_now();
+        tsl_status s = tsl_backend_graph_compute(st->be, g, &err);
+        double dt = bench_now() - t0;
+        if (s != TSL_SUCCESS) {
+            tsl_error_format(&err, r->error, sizeof r->error);
+            return false;
+        }
+        if (gpu && tsl_backend_vulkan_stats(st->be, &vs) == TSL_SUCCESS && vs.last_gpu_us > 0)
+            dt = vs.last_gpu_us * 1e-6;
+        else
+            gpu = false; /* one run without a timestamp: the row is wall time (set below) */
+        if (i >= 2) t[i - 2] = dt / per_run;
+    }
+    r->timer = gpu ? "gpu" : "wall";
+    bench_stats(t, reps, &r->seconds, &r->min_seconds);
+    return true;
+}
+
+/* A row must also be right: a kernel that skipped work would make any rate.
+ * Checks n entries of y (M x N, column-major as mul_mat makes it) against
+ * dot products of w's rows (host bytes of type) and x's columns in double,
+ * within 2% of the sum of |terms|: loose enough for a kernel that rounds x to
+ * 16 or 8 bits, tight enough to catch a wrong or missing result. */
+static bool vkb_check(tsl_type type, const void *w, int64_t M, int64_t K, const float *x, int64_t N, const float *y,
+                      int n, bench_row *r) {
+    const size_t rb = tsl_row_size(type, K);
+    float *row = malloc((size_t)K * sizeof *row);
+    if (!row) {
+        snprintf(r->error, sizeof r->error, "cannot allocate %lld host floats", (long long)K);
+        return false;
+    }
+    bool ok = true;
+    for (int k = 0; k < n && ok; k++) {
+        int64_t i = k == 0 ? 0 : k == n - 1 ? M - 1 : (int64_t)((uint64_t)k * 2654435761u % (uint64_t)M);
+        int64_t j = N == 1 ? 0 : k == n - 1 ? N - 1 : (int64_t)((uint64_t)k * 40503u % (uint64_t)N);
+        tsl_dequantize(type, (const char *)w + (size_t)i * rb, row, K);
+        double dot = 0, mag = 0;
+        for (int64_t e = 0; e < K; e++) {
+            double t = (double)row[e] * (double)x[(size_t)j * (size_t)K + (size_t)e];
+            dot += t;
+            mag += fabs(t);
+        }
+        double got = y[(size_t)j * (size_t)M + (size_t)i];
+        if (!(fabs(got - dot) <= 2e-2 * mag + 1e-6)) {
+            snprintf(r->error, sizeof r->error, "wrong result: [%lld, %lld] is %g, the host computes %g", (long long)i,
+                     (long long)j, got, dot);
+            ok = false;
+        }
+    }
+    free(row);
+    return ok;
+}
+
+static void vkb_ceiling_copy(bench_state *st, uint64_t max_range) {
+    const size_t total = st->o.quick ? (size_t)64 << 20 : (size_t)1 << 30;
+    size_t piece = (size_t)256 << 20;
+    while (piece > (size_t)1 << 20 && (uint64_t)piece + 4096 > max_range) piece /= 2;
+    if (piece > total) piece = total;
+    const int count = (int)(total / piece);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d x %zu MiB", count, piece >> 20);
+    bench_row r = bench_row_new(st, "ceiling_copy", "f32", shape);
+    snprintf(shape, sizeof shape, "host > device %zu MiB", total >> 20);
+    bench_row up = bench_row_new(st, "upload", "f32", shape);
+    snprintf(shape, sizeof shape, "device > host %zu MiB", total >> 20);
+    bench_row down = bench_row_new(st, "download", "f32", shape);
+    r.threads = up.threads = down.threads = 0;
+    up.timer = down.timer = "wall";
+    vkb_set v;
+    tsl_tensor *src[64], *dst[64], *outs[64];
+    float *host = NULL, *back = NULL;
+    if (vkb_ctx(&v, st->be, 3 * count + 4, &r)) {
+        for (int i = 0; i < count; i++) {
+            src[i] = tsl_new_tensor_1d(v.ctx, TSL_TYPE_F32, (int64_t)(piece / 4));
+            dst[i] = tsl_new_tensor_1d(v.ctx, TSL_TYPE_F32, (int64_t)(piece / 4));
+            outs[i] = tsl_cpy(v.ctx, src[i], dst[i]);
+        }
+        tsl_graph *g = tsl_ctx_error(v.ctx) ? NULL : tsl_graph_build(v.ctx, outs, count);
+        host = malloc(piece);
+        back = malloc(piece);
+        if (!host || !back) snprintf(r.error, sizeof r.error, "cannot allocate 2 x %zu host bytes", piece);
+        if (bench_ctx_ok(v.ctx, &r) && g && vkb_alloc(&v, &r)) {
+            bench_fill_bytes(TSL_TYPE_F32, host, piece, &st->rng);
+            /* upload: every piece, a few times (host wall time) */
+            double t[8];
+            const int reps = st->o.quick ? 2 : 3;
+            for (int k = 0; k < reps && !r.error[0]; k++) {
+                double t0 = bench_now();
+                for (int i = 0; i < count && !r.error[0]; i++) vkb_set_data(src[i], host, piece, &r);
+                t[k] = bench_now() - t0;
+            }
+            if (!r.error[0]) {
+                bench_stats(t, reps, &up.seconds, &up.min_seconds);
+                up.gbs = (double)total / up.seconds * 1e-9;
+            }
+            if (!r.error[0] && vkb_time_graph(st, g, &r, st->o.quick ? 3 : 7, 1)) {
+                r.seconds = r.min_seconds; /* a ceiling is the best the device did */
+                r.gbs = 2.0 * (double)total / r.seconds * 1e-9;
+                r.bw_ratio = 1.0;
+                st->copy_gbs = r.gbs;
+            }
+            tsl_error err;
+            for (int k = 0; k < reps && !r.error[0]; k++) {
+                double t0 = bench_now();
+                for (int i = 0; i < count && !r.error[0]; i++)
+                    if (tsl_tensor_get(dst[i], back, 0, piece, &err) != TSL_SUCCESS)
+                        tsl_error_format(&err, r.error, sizeof r.error);
+                t[k] = bench_now() - t0;
+                /* the copy kernel really copied (a ceiling from a kernel that
+                 * skipped work would flatter every ratio) */
+                if (!r.error[0] && memcmp(back, host, piece) != 0)
+                    snprintf(r.error, sizeof r.error, "the copy's result differs from its source");
+            }
+            if (!r.error[0]) {
+                bench_stats(t, reps, &down.seconds, &down.min_seconds);
+                down.gbs = (double)total / down.seconds * 1e-9;
+            }
+        }
+    }
+    if (r.error[0]) {
+        snprintf(up.error, sizeof up.error, "not measured: %.180s", r.error);
+        snprintf(down.error, sizeof down.error, "not measured: %.180s", r.error);
+    }
+    free(host);
+    free(back);
+    vkb_free(&v);
+    bench_emit(st, &r);
+    if (bench_selected(st, "upload", "f32")) bench_emit(st, &up);
+    if (bench_selected(st, "download", "f32")) bench_emit(st, &down);
+}
+
+/* Decode on the device: y = W x for as many distinct matrices as make
+ * `want` bytes, in one graph (independent nodes: the device runs them
+ * together, as it would the Q, K and V projections of a layer). */
+static void vkb_mat_vec(bench_state *st, tsl_type type) {
+    if (!bench_selected(st, "mat_vec", tsl_type_name(type))) return;
+    const int64_t M = st->o.quick ? 1024 : 8192, K = M;
+    const size_t wbytes = tsl_row_size(type, K) * (size_t)M;
+    const size_t want = st->o.quick ? (size_t)16 << 20 : (size_t)1 << 30;
+    int count = (int)((want + wbytes - 1) / wbytes);
+    if (count < 2) count = 2;
+    if (count > 64) count = 64;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lldx%lld x%d (%zu MiB)", (long long)M, (long long)K, count,
+             (wbytes * (size_t)count) >> 20);
+    bench_row r = bench_row_new(st, "mat_vec", tsl_type_name(type), shape);
+    r.threads = 0;
+    vkb_set v;
+    tsl_tensor *w[64], *outs[64];
+    if (vkb_ctx(&v, st->be, 2 * count + 4, &r)) {
+        tsl_tensor *x = tsl_new_tensor_2d(v.ctx, TSL_TYPE_F32, K, 1);
+        for (int i = 0; i < count; i++) {
+            w[i] = tsl_new_tensor_2d(v.ctx, type, K, M);
+            outs[i] = tsl_mul_mat(v.ctx, w[i], x);
+        }
+        tsl_graph *g = tsl_ctx_error(v.ctx) ? NULL : tsl_graph_build(v.ctx, outs, count);
+        /* one random matrix uploaded into every slot: the device reads
+         * `count` distinct buffers all the same */
+        void *h = malloc(wbytes);
+        float *xh = malloc((size_t)K * sizeof *xh), *y = malloc((size_t)M * sizeof *y);
+        if (!h || !xh || !y) snprintf(r.error, sizeof r.error, "cannot allocate %zu host bytes", wbytes);
+        if (bench_ctx_ok(v.ctx, &r) && g && vkb_alloc(&v, &r)) {
+            bench_fill_bytes(type, h, wbytes, &st->rng);
+            bench_fill_bytes(TSL_TYPE_F32, xh, (size_t)K * sizeof *xh, &st->rng);
+            vkb_set_data(x, xh, (size_t)K * sizeof *xh, &r);
+            for (int i = 0; i < count && !r.error[0]; i++) vkb_set_data(w[i], h, wbytes, &r);
+            if (!r.error[0] && vkb_time_graph(st, g, &r, st->o.quick ? 3 : 9, count))
+                bench_rates(st, &r, 2.0 * (double)M * (double)K, (double)wbytes);
+            /* the first and the last product of the graph, checked */
+            tsl_error err;
+            for (int c = 0; c < 2 && !r.error[0]; c++) {
+                if (tsl_tensor_get(outs[c ? count - 1 : 0], y, 0, (size_t)M * sizeof *y, &err) != TSL_SUCCESS)
+                    tsl_error_format(&err, r.error, sizeof r.error);
+                else
+                    vkb_check(type, h, M, K, xh, 1, y, 16, &r);
+            }
+        }
+        free(h);
+        free(xh);
+        free(y);
+    }
+    vkb_free(&v);
+    bench_emit(st, &r);
+}
+
+static void vkb_mul_mat(bench_state *st, tsl_type type, int64_t n) {
+    if (!bench_selected(st, "mul_mat", tsl_type_name(type))) return;
+    const int64_t M = n, N = n, K = n;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+    bench_row r = bench_row_new(st, "mul_mat", tsl_type_name(type), shape);
+    r.threads = 0;
+    const size_t bytes = tsl_row_size(type, K) * (size_t)M + (size_t)(K * N + M * N) * 4;
+    vkb_set v;
+    if (vkb_ctx(&v, st->be, 8, &r)) {
+        tsl_tensor *a = tsl_new_tensor_2d(v.ctx, type, K, M);
+        tsl_tensor *b = tsl_new_tensor_2d(v.ctx, TSL_TYPE_F32, K, N);
+        tsl_tensor *c = tsl_mul_mat(v.ctx, a, b);
+        tsl_graph *g = c ? tsl_graph_build(v.ctx, &c, 1) : NULL;
+        const size_t ab = tsl_row_size(type, K) * (size_t)M;
+        void *ah = malloc(ab);
+        float *bh = malloc((size_t)(K * N) * sizeof *bh), *ch = malloc((size_t)(M * N) * sizeof *ch);
+        if (!ah || !bh || !ch) snprintf(r.error, sizeof r.error, "cannot allocate %zu host bytes", bytes);
+        if (bench_ctx_ok(v.ctx, &r) && g && vkb_alloc(&v, &r)) {
+            bench_fill_bytes(type, ah, ab, &st->rng);
+            bench_fill_bytes(TSL_TYPE_F32, bh, (size_t)(K * N) * sizeof *bh, &st->rng);
+            if (vkb_set_data(a, ah, ab, &r) && vkb_set_data(b, bh, (size_t)(K * N) * sizeof *bh, &r) &&
+                vkb_time_graph(st, g, &r, st->o.quick ? 3 : 7, 1)) {
+                bench_rates(st, &r, 2.0 * (double)M * (double)N * (double)K, (double)bytes);
+                tsl_error err;
+                if (tsl_tensor_get(c, ch, 0, (size_t)(M * N) * sizeof *ch, &err) != TSL_SUCCESS)
+                    tsl_error_format(&err, r.error, sizeof r.error);
+                else
+                    vkb_check(type, ah, M, K, bh, N, ch, 16, &r);
+            }
+        }
+        free(ah);
+        free(bh);
+        free(ch);
+    }
+    vkb_free(&v);
+    bench_emit(st, &r);
+}
+
+/* Host cost of encoding: a chain of 1,000 adds on 256 floats (the device
+ * work is nothing, so the host side is all there is), in 9 command buffers
+ * encoded by the calling thread and 8 workers, on a backend of its own. */
+static void vkb_encode(bench_state *st, int device_index) {
+    if (!bench_selected(st, "encode", "f32")) return;
+    enum { NODES = 1000, CBS = 9 };
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d nodes x add [256], %d cb", NODES, CBS);
+    bench_row r = bench_row_new(st, "encode", "f32", shape);
+    r.threads = CBS;
+    r.timer = "wall";
+    tsl_error err;
+    tsl_backend *be = tsl_backend_vulkan_new(device_index, &err);
+    if (!be || tsl_backend_vulkan_set_command_buffers(be, CBS, &err) != TSL_SUCCESS) {
+        tsl_error_format(&err, r.error, sizeof r.error);
+        tsl_backend_free(be);
+        bench_emit(st, &r);
+        return;
+    }
+    vkb_set v;
+    if (vkb_ctx(&v, be, NODES + 4, &r)) {
+        tsl_tensor *x = tsl_new_tensor_1d(v.ctx, TSL_TYPE_F32, 256), *b = tsl_new_tensor_1d(v.ctx, TSL_TYPE_F32, 256);
+        tsl_tensor *out = x;
+        for (int i = 0; i < NODES; i++) out = tsl_add(v.ctx, out, b);
+        tsl_graph *g = out ? tsl_graph_build(v.ctx, &out, 1) : NULL;
+        if (bench_ctx_ok(v.ctx, &r) && g && vkb_alloc(&v, &r) && vkb_fill(st, x, &r) && vkb_fill(st, b, &r)) {
+            const int reps = st->o.quick ? 7 : 31;
+            double enc[32], wall[32], med_w, min_w;
+            tsl_vulkan_stats vs;
+            for (int i = 0; i < reps + 3 && !r.error[0]; i++) {
+                double t0 = bench_now();
+                if (tsl_backend_graph_compute(be, g, &err) != TSL_SUCCESS) {
+                    tsl_error_format(&err, r.error, sizeof r.error);
+                    break;
+                }
+                double dt = bench_now() - t0;
+                tsl_backend_vulkan_stats(be, &vs);
+                if (vs.last_command_buffers != CBS) {
+                    snprintf(r.error, sizeof r.error, "the graph used %d command buffers, not %d",
+                             vs.last_command_buffers, CBS);
+                    break;
+                }
+                if (i >= 3) {
+                    enc[i - 3] = vs.last_encode_us_per_node * 1e-6 * NODES;
+                    wall[i - 3] = dt;
+                }
+            }
+            if (!r.error[0]) {
+                bench_stats(enc, reps, &r.seconds, &r.min_seconds);
+                bench_stats(wall, reps, &med_w, &min_w);
+                r.ns_per_node = r.seconds / NODES * 1e9;
+                r.share = r.seconds / med_w;
+            }
+        }
+    }
+    vkb_free(&v);
+    tsl_backend_free(be);
+    bench_emit(st, &r);
+}
+
+static int bench_vulkan(bench_state *st) {
+    tsl_error err;
+    st->be = tsl_backend_vulkan_new(-1, &err);
+    tsl_vulkan_device_info info;
+    if (!st->be || tsl_backend_vulkan_info(st->be, &info, &err) != TSL_SUCCESS) {
+        char line[512];
+        tsl_error_format(&err, line, sizeof line);
+        fprintf(stderr, "tensile bench: cannot create the Vulkan backend: %s\n", line);
+        tsl_backend_free(st->be);
+        return 1;
+    }
+    tsl_vulkan_stats vs;
+    bool gpu = tsl_backend_vulkan_stats(st->be, &vs) == TSL_SUCCESS && vs.gpu_timing;
+    /* the header goes to stderr with --json, so stdout stays one object a line */
+    fprintf(st->o.json ? stderr : stdout, "tensile bench ops: %s %s (%s, %s), %s time%s%s\n", tsl_backend_name(st->be),
+            info.name, info.type, info.driver, gpu ? "GPU timestamp" : "wall", st->o.quick ? " (quick)" : "",
+            st->o.ref_tflops > 0 ? "" : "; mul_mat rates alone (no --ref-tflops)");
+    st->fma_gflops = st->o.ref_tflops * 1e3; /* flops_ratio against the caller's rate, if any */
+
+    vkb_ceiling_copy(st, info.max_storage_buffer_range);
+    const tsl_type mv_types[] = {TSL_TYPE_F32, TSL_TYPE_F16, TSL_TYPE_Q8_0, TSL_TYPE_Q4_0};
+    for (int i = 0; i < 4; i++) vkb_mat_vec(st, mv_types[i]);
+    const tsl_type mm_types[] = {TSL_TYPE_F16, TSL_TYPE_Q8_0, TSL_TYPE_Q4_0, TSL_TYPE_F32};
+    for (int i = 0; i < 4; i++) vkb_mul_mat(st, mm_types[i], st->o.quick ? 256 : 4096);
+    vkb_encode(st, info.index);
+
+    tsl_backend_free(st->be);
+    return st->failures ? 1 : 0;
+}
+
 /* ---- command ----------------------------------------------------------------- */
 
 
@@ -726,14 +1176,21 @@ static void bench_fault_checks(bench_state *st, bool llama) {
 }
 
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: tensile bench ops [--json] [--threads N] [--quick] [--filter SUBSTR]\n"
+    fprintf(f, "usage: tensile bench ops [--backend cpu|vulkan] [--json] [--threads N] [--quick] [--filter SUBSTR]\n"
+               "                         [--ref-tflops X]\n"
                "       tensile bench model -m FILE [--threads N] [--json]   (see tensile bench model --help)\n"
                "  Measures a copy and an FMA ceiling, then mul_mat, mat-vec and bandwidth-bound ops on\n"
                "  the CPU backend, each as a ratio to the ceilings measured in the same run.\n"
                "  --json       one JSON object per line (ceilings included)\n"
                "  --threads N  CPU backend threads (default: online cores)\n"
                "  --quick      small sizes, a few seconds (smoke test; figures not meaningful)\n"
-               "  --filter S   only rows whose \"op type\" contains S (ceilings always run)\n");
+               "  --filter S   only rows whose \"op type\" contains S (ceilings always run)\n"
+               "  --backend vulkan  the same on the Vulkan device (TSL_VULKAN_DEVICE picks it): a copy\n"
+               "               ceiling, upload/download, mat-vec 8192x8192 over 1 GiB of weights, mul_mat\n"
+               "               4096^3, host encode time per node (1,000 nodes, 9 command buffers); GPU time\n"
+               "               from timestamps where the device has them\n"
+               "  --ref-tflops X  (vulkan) the matmul rate flops_ratio is against, e.g. torch bf16\n"
+               "               measured on the same GPU; without it mul_mat rows give the rate alone\n");
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -766,6 +1223,21 @@ int cmd_bench(int argc, char **argv) {
             st.o.threads = (int)n;
         } else if (!strcmp(argv[i], "--filter") && i + 1 < argc) {
             st.o.filter = argv[++i];
+        } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            const char *b = argv[++i];
+            if (strcmp(b, "cpu") != 0 && strcmp(b, "vulkan") != 0) {
+                fprintf(stderr, "tensile bench: --backend wants cpu or vulkan, got '%s'\n", b);
+                return 2;
+            }
+            st.o.vulkan = !strcmp(b, "vulkan");
+        } else if (!strcmp(argv[i], "--ref-tflops") && i + 1 < argc) {
+            char *end;
+            double x = strtod(argv[++i], &end);
+            if (*end || !(x > 0) || !isfinite(x)) {
+                fprintf(stderr, "tensile bench: --ref-tflops wants a positive number, got '%s'\n", argv[i]);
+                return 2;
+            }
+            st.o.ref_tflops = x;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             bench_usage(stdout);
             return 0;
@@ -776,6 +1248,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     st.o.l3 = cli_l3_bytes();
+    if (st.o.vulkan) return bench_vulkan(&st);
 
     tsl_error err;
     st.be = tsl_backend_cpu_new(st.o.threads, &err);

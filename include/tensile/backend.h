@@ -394,6 +394,7 @@ typedef struct tsl_vulkan_device_info {
     bool device_fault;         /* VK_EXT_device_fault */
     bool nv_checkpoints;       /* VK_NV_device_diagnostic_checkpoints */
     bool robustness2;          /* VK_EXT_robustness2 */
+    bool buffer_device_address; /* bufferDeviceAddress (kernels may use GL_EXT_buffer_reference) */
 } tsl_vulkan_device_info;
 
 /* Fill *info for device index (0 .. count-1). Returns FAILED with err filled
@@ -438,6 +439,16 @@ typedef struct tsl_vulkan_stats {
     int last_command_buffers;  /* last compute: command buffers used */
     uint64_t validation_errors; /* validation-layer errors reported so far
                                    (process-wide; 0 without TSL_VULKAN_VALIDATE) */
+    /* GPU time, from timestamps the device writes at the start and end of
+     * every command buffer (where its compute queue has timestamps; see
+     * gpu_timing). It leaves out host work: encoding, submission, waiting. */
+    bool gpu_timing;           /* the device writes timestamps: the two below are measured */
+    double gpu_ms;             /* GPU time of every compute that succeeded, summed */
+    double last_gpu_us;        /* last successful compute: from the start of its first
+                                  command buffer to the end of its last (0 without
+                                  timestamps) */
+    uint64_t upload_bytes;     /* bytes copied host -> device by tensor set */
+    double upload_ms;          /* host time those copies took, start to finish */
 } tsl_vulkan_stats;
 tsl_status tsl_backend_vulkan_stats(const tsl_backend *be, tsl_vulkan_stats *out);
 

@@ -271,7 +271,7 @@ int vk_device_checkpoint_node(vk_device *d);
  * provably idle, or never if hung). Nothing changes when it fails. Returns
  * the new grave through *gr, for the backends' own objects. */
 tsl_status vk_device_reopen(vk_device *d, vk_grave **gr, tsl_error *err);
-enum { VK_GO_CMDPOOL, VK_GO_FENCE, VK_GO_DPOOL, VK_GO_BUFFER, VK_GO_MEMORY };
+enum { VK_GO_CMDPOOL, VK_GO_FENCE, VK_GO_DPOOL, VK_GO_BUFFER, VK_GO_MEMORY, VK_GO_QUERYPOOL };
 /* Park an object of the old VkDevice in its grave; a fence still pending
  * keeps the grave from being destroyed until it signals. */
 void vk_grave_add(vk_grave *gr, int kind, uint64_t handle, bool pending);

@@ -412,6 +412,7 @@ static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *inf
     info->device_fault = f->device_fault;
     info->nv_checkpoints = f->nv_checkpoints;
     info->robustness2 = f->robustness2;
+    info->buffer_device_address = f->buffer_device_address;
 }
 
 /* ---- public queries ------------------------------------------------------------- */
@@ -863,6 +864,7 @@ static void vk_grave_destroy(vk_grave *gr) {
         case VK_GO_DPOOL: vkDestroyDescriptorPool(gr->dev, (VkDescriptorPool)(uintptr_t)h, NULL); break;
         case VK_GO_BUFFER: vkDestroyBuffer(gr->dev, (VkBuffer)(uintptr_t)h, NULL); break;
         case VK_GO_MEMORY: vkFreeMemory(gr->dev, (VkDeviceMemory)(uintptr_t)h, NULL); break;
+        case VK_GO_QUERYPOOL: vkDestroyQueryPool(gr->dev, (VkQueryPool)(uintptr_t)h, NULL); break;
         default: break;
         }
     }
