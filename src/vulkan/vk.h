@@ -46,7 +46,8 @@
 
 /* ---- kernels --------------------------------------------------------------
  * X(id, name, esize of binding 0, 1, 2, 3): the element size each binding is
- * read with (bytes; 2 for block formats, read as 16-bit words; 0 unused).
+ * read with (bytes; 2 for block formats and for the opaque units of the
+ * same-type copies and concat, read as 16-bit words; 1 for i8; 0 unused).
  * The names match the SPIR-V variants vulkan.cmake compiles. */
 #define VK_KERNELS(X)                                         \
     VK_KERNELS_MM(X)                                          \
@@ -60,23 +61,74 @@
     X(SQRT_F32, "sqrt_f32", 4, 0, 0, 4)                       \
     X(SILU_F32, "silu_f32", 4, 0, 0, 4)                       \
     X(GELU_F32, "gelu_f32", 4, 0, 0, 4)                       \
-    X(CPY_F32_F32, "cpy_f32_f32", 4, 0, 0, 4)                 \
-    X(CPY_F32_F16, "cpy_f32_f16", 4, 0, 0, 2)                 \
-    X(CPY_F16_F32, "cpy_f16_f32", 2, 0, 0, 4)                 \
-    X(CPY_F16_F16, "cpy_f16_f16", 2, 0, 0, 2)                 \
+    VK_KERNELS_CPY(X)                                         \
     X(GET_ROWS_F32, "get_rows_f32", 4, 4, 0, 4)               \
     X(GET_ROWS_F16, "get_rows_f16", 2, 4, 0, 4)               \
+    X(GET_ROWS_BF16, "get_rows_bf16", 2, 4, 0, 4)             \
     X(GET_ROWS_Q8_0, "get_rows_q8_0", 2, 4, 0, 4)             \
     X(GET_ROWS_Q4_0, "get_rows_q4_0", 2, 4, 0, 4)             \
     X(RMS_NORM_F32, "rms_norm_f32", 4, 0, 0, 4)               \
     X(NORM_F32, "norm_f32", 4, 0, 0, 4)                       \
+    X(SUM_F32, "sum_f32", 4, 0, 0, 4)                         \
     X(SUM_ROWS_F32, "sum_rows_f32", 4, 0, 0, 4)               \
     X(MEAN_F32, "mean_f32", 4, 0, 0, 4)                       \
+    X(ARGMAX_F32, "argmax_f32", 4, 0, 0, 4)                   \
+    X(CROSS_ENTROPY_LOSS_F32, "cross_entropy_loss_f32", 4, 4, 0, 4) \
     X(SOFT_MAX_F32, "soft_max_f32", 4, 0, 0, 4)               \
     X(SOFT_MAX_F32_MASK_F32, "soft_max_f32_mask_f32", 4, 4, 0, 4) \
     X(SOFT_MAX_F32_MASK_F16, "soft_max_f32_mask_f16", 4, 2, 0, 4) \
     X(ROPE_F32, "rope_f32", 4, 4, 4, 4)                       \
-    X(ROPE_F32_FP32, "rope_f32_fp32", 4, 4, 4, 4)
+    X(ROPE_F32_FP32, "rope_f32_fp32", 4, 4, 4, 4)             \
+    X(OUT_PROD_F32, "out_prod_f32_f32", 4, 4, 0, 4)           \
+    X(OUT_PROD_F16, "out_prod_f16_f32", 2, 4, 0, 4)           \
+    X(OUT_PROD_BF16, "out_prod_bf16_f32", 2, 4, 0, 4)         \
+    X(OUT_PROD_Q8_0, "out_prod_q8_0_f32", 2, 4, 0, 4)         \
+    X(OUT_PROD_Q4_0, "out_prod_q4_0_f32", 2, 4, 0, 4)         \
+    X(CONCAT_F32, "concat_f32", 2, 2, 0, 2)                   \
+    X(CONCAT_I32, "concat_i32", 2, 2, 0, 2)                   \
+    X(CONCAT_F16, "concat_f16", 2, 2, 0, 2)                   \
+    X(CONCAT_BF16, "concat_bf16", 2, 2, 0, 2)                 \
+    X(CONCAT_I16, "concat_i16", 2, 2, 0, 2)                   \
+    X(CONCAT_I64, "concat_i64", 2, 2, 0, 2)                   \
+    X(CONCAT_F64, "concat_f64", 2, 2, 0, 2)                   \
+    X(CONCAT_I8, "concat_i8", 1, 1, 0, 1)
+
+/* dup / cont / cpy: <source type>_<destination type>. Plain destinations
+ * convert per element (cpy.comp), block destinations per block (cpy_q.comp),
+ * and a copy between tensors of one type that is not F32/F16/BF16 moves
+ * opaque units (cpy_raw.comp). vk_ops.c tells the three families apart by
+ * their ranges in this list: keep each family together, in this order. */
+#define VK_KERNELS_CPY(X)                                     \
+    X(CPY_F32_F32, "cpy_f32_f32", 4, 0, 0, 4)                 \
+    X(CPY_F32_F16, "cpy_f32_f16", 4, 0, 0, 2)                 \
+    X(CPY_F32_BF16, "cpy_f32_bf16", 4, 0, 0, 2)               \
+    X(CPY_F16_F32, "cpy_f16_f32", 2, 0, 0, 4)                 \
+    X(CPY_F16_F16, "cpy_f16_f16", 2, 0, 0, 2)                 \
+    X(CPY_F16_BF16, "cpy_f16_bf16", 2, 0, 0, 2)               \
+    X(CPY_BF16_F32, "cpy_bf16_f32", 2, 0, 0, 4)               \
+    X(CPY_BF16_F16, "cpy_bf16_f16", 2, 0, 0, 2)               \
+    X(CPY_BF16_BF16, "cpy_bf16_bf16", 2, 0, 0, 2)             \
+    X(CPY_Q8_0_F32, "cpy_q8_0_f32", 2, 0, 0, 4)               \
+    X(CPY_Q8_0_F16, "cpy_q8_0_f16", 2, 0, 0, 2)               \
+    X(CPY_Q8_0_BF16, "cpy_q8_0_bf16", 2, 0, 0, 2)             \
+    X(CPY_Q4_0_F32, "cpy_q4_0_f32", 2, 0, 0, 4)               \
+    X(CPY_Q4_0_F16, "cpy_q4_0_f16", 2, 0, 0, 2)               \
+    X(CPY_Q4_0_BF16, "cpy_q4_0_bf16", 2, 0, 0, 2)             \
+    X(CPY_F32_Q8_0, "cpy_f32_q8_0", 4, 0, 0, 2)               \
+    X(CPY_F16_Q8_0, "cpy_f16_q8_0", 2, 0, 0, 2)               \
+    X(CPY_BF16_Q8_0, "cpy_bf16_q8_0", 2, 0, 0, 2)             \
+    X(CPY_Q4_0_Q8_0, "cpy_q4_0_q8_0", 2, 0, 0, 2)             \
+    X(CPY_F32_Q4_0, "cpy_f32_q4_0", 4, 0, 0, 2)               \
+    X(CPY_F16_Q4_0, "cpy_f16_q4_0", 2, 0, 0, 2)               \
+    X(CPY_BF16_Q4_0, "cpy_bf16_q4_0", 2, 0, 0, 2)             \
+    X(CPY_Q8_0_Q4_0, "cpy_q8_0_q4_0", 2, 0, 0, 2)             \
+    X(CPY_Q8_0_Q8_0, "cpy_q8_0_q8_0", 2, 0, 0, 2)             \
+    X(CPY_Q4_0_Q4_0, "cpy_q4_0_q4_0", 2, 0, 0, 2)             \
+    X(CPY_I32_I32, "cpy_i32_i32", 2, 0, 0, 2)                 \
+    X(CPY_I16_I16, "cpy_i16_i16", 2, 0, 0, 2)                 \
+    X(CPY_I64_I64, "cpy_i64_i64", 2, 0, 0, 2)                 \
+    X(CPY_F64_F64, "cpy_f64_f64", 2, 0, 0, 2)                 \
+    X(CPY_I8_I8, "cpy_i8_i8", 1, 0, 0, 1)
 
 typedef enum vk_kernel_id {
 #define VK_KID(id, name, e0, e1, e2, e3) VK_K_##id,

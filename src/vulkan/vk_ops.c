@@ -12,10 +12,18 @@
  * and the scheduler runs it on the CPU.
  *
  * Strides reach the kernels as element strides (byte strides divided by the
- * element size the binding is read with: 4 for F32/I32, 2 for F16 and for
- * block formats, which are read as 16-bit words), and each tensor's first
- * element as an element offset within its binding, so views, permutes and
- * transposes are read in place.
+ * element size the binding is read with: 4 for F32/I32, 2 for F16/BF16 and
+ * for block formats, which are read as 16-bit words, 1 for I8), and each
+ * tensor's first element as an element offset within its binding, so
+ * views, permutes and transposes are read in place.
+ *
+ * Coverage is the CPU's: every op and type combination cpu_kernel_for
+ * accepts has a kernel here, on any device with 16-bit storage (I8 copies
+ * and concat also need 8-bit storage). The copies fall in three families,
+ * told apart by their place in VK_KERNELS_CPY: into a plain float type (per
+ * element), into a block format (per block, bit-exact with tsl_quantize),
+ * and between tensors of one other type (opaque units: blocks are never
+ * requantized, integers never pass through floats).
  */
 #include <math.h>
 #include <string.h>
@@ -26,17 +34,28 @@
 #define M_PI 3.14159265358979323846
 #endif
 
+/* Rows at least this long make cross_entropy.comp share each row across the
+ * workgroup; shorter ones go one per invocation. */
+#define VK_CE_COOP_ROW 256
+
 /* ---- layout checks ----------------------------------------------------------- */
 
 bool vk_is_f32(const tsl_tensor *t) { return t && t->type == TSL_TYPE_F32; }
 
+/* The smallest element any kernel reads t with (8-byte types are moved as
+ * 16-bit words, never read as numbers). */
 static int esize_of(tsl_type t) {
     switch (t) {
     case TSL_TYPE_F32:
     case TSL_TYPE_I32: return 4;
     case TSL_TYPE_F16:
+    case TSL_TYPE_BF16:
+    case TSL_TYPE_I16:
+    case TSL_TYPE_I64:
+    case TSL_TYPE_F64:
     case TSL_TYPE_Q8_0:
     case TSL_TYPE_Q4_0: return 2;
+    case TSL_TYPE_I8: return 1;
     default: return 0;
     }
 }
@@ -67,11 +86,76 @@ static bool vk_binary_f32(const tsl_tensor *n) {
     const tsl_tensor *a = n->src[0], *b = n->src[1];
     if (!vk_is_f32(n) || !vk_is_f32(a) || !vk_is_f32(b) || !tsl_same_shape(n, a)) return false;
     for (int i = 0; i < TSL_MAX_DIMS; i++)
-        if (b->ne[i] <= 0 || a->ne[i] % b->ne[i] != 0) return false;
+        if (b->ne[i] <= 0 ? a->ne[i] != 0 : a->ne[i] % b->ne[i] != 0) return false;
     return true;
 }
 
-static bool vk_cpy_type(tsl_type t) { return t == TSL_TYPE_F32 || t == TSL_TYPE_F16; }
+/* Index of a float or block type in the copy table, or -1. */
+static int vk_cpy_index(tsl_type t) {
+    switch (t) {
+    case TSL_TYPE_F32: return 0;
+    case TSL_TYPE_F16: return 1;
+    case TSL_TYPE_BF16: return 2;
+    case TSL_TYPE_Q8_0: return 3;
+    case TSL_TYPE_Q4_0: return 4;
+    default: return -1;
+    }
+}
+
+/* The copy kernel from type s to type d, or -1 (the CPU's rule: one type
+ * to itself, whatever it is; otherwise between float and block types). */
+static int vk_cpy_kernel(tsl_type s, tsl_type d) {
+    static const int table[5][5] = {
+        {VK_K_CPY_F32_F32, VK_K_CPY_F32_F16, VK_K_CPY_F32_BF16, VK_K_CPY_F32_Q8_0, VK_K_CPY_F32_Q4_0},
+        {VK_K_CPY_F16_F32, VK_K_CPY_F16_F16, VK_K_CPY_F16_BF16, VK_K_CPY_F16_Q8_0, VK_K_CPY_F16_Q4_0},
+        {VK_K_CPY_BF16_F32, VK_K_CPY_BF16_F16, VK_K_CPY_BF16_BF16, VK_K_CPY_BF16_Q8_0, VK_K_CPY_BF16_Q4_0},
+        {VK_K_CPY_Q8_0_F32, VK_K_CPY_Q8_0_F16, VK_K_CPY_Q8_0_BF16, VK_K_CPY_Q8_0_Q8_0, VK_K_CPY_Q8_0_Q4_0},
+        {VK_K_CPY_Q4_0_F32, VK_K_CPY_Q4_0_F16, VK_K_CPY_Q4_0_BF16, VK_K_CPY_Q4_0_Q8_0, VK_K_CPY_Q4_0_Q4_0},
+    };
+    int si = vk_cpy_index(s), di = vk_cpy_index(d);
+    if (si >= 0 && di >= 0) return table[si][di];
+    if (s != d) return -1;
+    switch (s) {
+    case TSL_TYPE_I32: return VK_K_CPY_I32_I32;
+    case TSL_TYPE_I16: return VK_K_CPY_I16_I16;
+    case TSL_TYPE_I64: return VK_K_CPY_I64_I64;
+    case TSL_TYPE_F64: return VK_K_CPY_F64_F64;
+    case TSL_TYPE_I8: return VK_K_CPY_I8_I8;
+    default: return -1;
+    }
+}
+
+/* The three copy families (vk.h keeps VK_KERNELS_CPY in this order). */
+static bool vk_cpy_to_plain(int k) { return k >= VK_K_CPY_F32_F32 && k <= VK_K_CPY_Q4_0_BF16; }
+static bool vk_cpy_to_block(int k) { return k >= VK_K_CPY_F32_Q8_0 && k <= VK_K_CPY_Q8_0_Q4_0; }
+static bool vk_cpy_units(int k) { return k >= VK_K_CPY_Q8_0_Q8_0 && k <= VK_K_CPY_I8_I8; }
+static bool vk_concat_kernel(int k) { return k >= VK_K_CONCAT_F32 && k <= VK_K_CONCAT_I8; }
+
+static int vk_concat_kernel_for(tsl_type t) {
+    switch (t) {
+    case TSL_TYPE_F32: return VK_K_CONCAT_F32;
+    case TSL_TYPE_I32: return VK_K_CONCAT_I32;
+    case TSL_TYPE_F16: return VK_K_CONCAT_F16;
+    case TSL_TYPE_BF16: return VK_K_CONCAT_BF16;
+    case TSL_TYPE_I16: return VK_K_CONCAT_I16;
+    case TSL_TYPE_I64: return VK_K_CONCAT_I64;
+    case TSL_TYPE_F64: return VK_K_CONCAT_F64;
+    case TSL_TYPE_I8: return VK_K_CONCAT_I8;
+    default: return -1;
+    }
+}
+
+/* out_prod's a: the mul_mat weight types (cpu_mul_mat_supported). */
+static int vk_out_prod_kernel_for(tsl_type t) {
+    switch (t) {
+    case TSL_TYPE_F32: return VK_K_OUT_PROD_F32;
+    case TSL_TYPE_F16: return VK_K_OUT_PROD_F16;
+    case TSL_TYPE_BF16: return VK_K_OUT_PROD_BF16;
+    case TSL_TYPE_Q8_0: return VK_K_OUT_PROD_Q8_0;
+    case TSL_TYPE_Q4_0: return VK_K_OUT_PROD_Q4_0;
+    default: return -1;
+    }
+}
 
 bool vk_table_type(tsl_type t) {
     return t == TSL_TYPE_F32 || t == TSL_TYPE_F16 || t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0;
@@ -105,20 +189,61 @@ static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MA
         return 1;
     case TSL_OP_DUP:
     case TSL_OP_CONT:
-    case TSL_OP_CPY:
-        if (!vk_cpy_type(a->type) || !vk_cpy_type(n->type) || tsl_nelements(a) != tsl_nelements(n)) return 0;
-        if (a->type == TSL_TYPE_F32)
-            cand[0] = n->type == TSL_TYPE_F32 ? VK_K_CPY_F32_F32 : VK_K_CPY_F32_F16;
-        else
-            cand[0] = n->type == TSL_TYPE_F32 ? VK_K_CPY_F16_F32 : VK_K_CPY_F16_F16;
+    case TSL_OP_CPY: {
+        if (tsl_nelements(a) != tsl_nelements(n)) return 0;
+        int k = vk_cpy_kernel(a->type, n->type);
+        if (k < 0) return 0;
+        cand[0] = k;
         return 1;
+    }
     case TSL_OP_GET_ROWS:
-        if (!vk_table_type(a->type) || !b || b->type != TSL_TYPE_I32 || !vk_is_f32(n)) return 0;
+        if ((!vk_table_type(a->type) && a->type != TSL_TYPE_BF16) || !b || b->type != TSL_TYPE_I32 || !vk_is_f32(n))
+            return 0;
         if (n->ne[0] != a->ne[0] || n->ne[1] != b->ne[0] || n->ne[2] != b->ne[1] || n->ne[3] != b->ne[2]) return 0;
         if (a->ne[2] != n->ne[2] || a->ne[3] != n->ne[3]) return 0;
         if (a->nb[0] != tsl_type_block_size(a->type)) return 0;
         cand[0] = a->type == TSL_TYPE_F32 ? VK_K_GET_ROWS_F32 : a->type == TSL_TYPE_F16 ? VK_K_GET_ROWS_F16
-                : a->type == TSL_TYPE_Q8_0 ? VK_K_GET_ROWS_Q8_0 : VK_K_GET_ROWS_Q4_0;
+                : a->type == TSL_TYPE_BF16 ? VK_K_GET_ROWS_BF16 : a->type == TSL_TYPE_Q8_0 ? VK_K_GET_ROWS_Q8_0
+                : VK_K_GET_ROWS_Q4_0;
+        return 1;
+    case TSL_OP_OUT_PROD: {
+        int k = vk_out_prod_kernel_for(a->type);
+        if (k < 0 || !b || !vk_is_f32(b) || !vk_is_f32(n) || n->nb[0] != sizeof(float)) return 0;
+        if (a->ne[2] <= 0 || a->ne[3] <= 0 || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0) return 0;
+        if (a->ne[1] != b->ne[1] || n->ne[0] != a->ne[0] || n->ne[1] != b->ne[0] || n->ne[2] != b->ne[2] ||
+            n->ne[3] != b->ne[3])
+            return 0;
+        /* a block-format a is read in blocks along m (vk_layout_ok checked its rows) */
+        const VkPhysicalDeviceLimits *lim = &d->props.limits;
+        if ((uint64_t)(n->ne[0] + 63) / 64 > lim->maxComputeWorkGroupCount[0] ||
+            (uint64_t)(n->ne[1] + 63) / 64 > lim->maxComputeWorkGroupCount[1] ||
+            (uint64_t)n->ne[2] * (uint64_t)n->ne[3] > lim->maxComputeWorkGroupCount[2])
+            return 0;
+        cand[0] = k;
+        return 1;
+    }
+    case TSL_OP_CONCAT: {
+        int dim = op_get_i32(n, 0), k = vk_concat_kernel_for(n->type);
+        if (k < 0 || !b || dim < 0 || dim >= TSL_MAX_DIMS || a->type != n->type || b->type != n->type) return 0;
+        for (int i = 0; i < TSL_MAX_DIMS; i++) {
+            int64_t want = i == dim ? a->ne[i] + b->ne[i] : a->ne[i];
+            if (n->ne[i] != want || (i != dim && b->ne[i] != a->ne[i])) return 0;
+        }
+        cand[0] = k;
+        return 1;
+    }
+    case TSL_OP_SUM:
+        if (!vk_is_f32(a) || !vk_is_f32(n) || tsl_nelements(n) != 1) return 0;
+        cand[0] = VK_K_SUM_F32;
+        return 1;
+    case TSL_OP_ARGMAX:
+        if (!vk_is_f32(a) || n->type != TSL_TYPE_I32 || tsl_nelements(n) != tsl_nrows(a)) return 0;
+        cand[0] = VK_K_ARGMAX_F32;
+        return 1;
+    case TSL_OP_CROSS_ENTROPY_LOSS:
+        if (!vk_is_f32(a) || !vk_is_f32(b) || !vk_is_f32(n) || !tsl_same_shape(a, b) || tsl_nelements(n) != 1)
+            return 0;
+        cand[0] = VK_K_CROSS_ENTROPY_LOSS_F32;
         return 1;
     case TSL_OP_MUL_MAT: return vk_mm_candidates(d, n, cand);
     case TSL_OP_RMS_NORM:
@@ -246,23 +371,23 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = bin ? x->b[1].eoff : 0;
         *p++ = x->b[3].eoff;
         *p++ = x->kernel == VK_K_SCALE_F32 ? f2u(op_get_f32(n, 0)) : 0;
+        /* the fast paths of eltwise.comp */
+        uint32_t flags = 0;
+        if (tsl_is_contiguous(a) && tsl_is_contiguous(n)) {
+            flags |= 1u;
+            if (bin && tsl_is_contiguous(b) && tsl_same_shape(a, b))
+                flags |= 2u;
+            else if (bin && tsl_is_contiguous(b) && b->ne[0] == n->ne[0] && b->ne[1] == 1 && b->ne[2] == 1 &&
+                     b->ne[3] == 1)
+                flags |= 4u;
+        }
+        *p++ = flags;
         vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
         break;
     }
-    case VK_K_CPY_F32_F32:
-    case VK_K_CPY_F32_F16:
-    case VK_K_CPY_F16_F32:
-    case VK_K_CPY_F16_F16:
-        p = put_ne(p, a);
-        p = vk_put_strides(p, a, es[0], 0);
-        p = put_ne(p, n);
-        p = vk_put_strides(p, n, es[3], 0);
-        *p++ = x->b[0].eoff;
-        *p++ = x->b[3].eoff;
-        vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
-        break;
     case VK_K_GET_ROWS_F32:
     case VK_K_GET_ROWS_F16:
+    case VK_K_GET_ROWS_BF16:
     case VK_K_GET_ROWS_Q8_0:
     case VK_K_GET_ROWS_Q4_0:
         p = put_ne(p, n);
@@ -347,8 +472,97 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         vk_grid(d, (per_row * (uint64_t)tsl_nrows(a) + 255) / 256, grid);
         break;
     }
+    case VK_K_SUM_F32:
+        p = put_ne(p, a);
+        p = vk_put_strides(p, a, 4, 0);
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[3].eoff;
+        *p++ = tsl_is_contiguous(a) ? 1u : 0u;
+        vk_grid(d, 1, grid); /* one workgroup: sum.comp says why */
+        break;
+    case VK_K_ARGMAX_F32:
+        p = put_ne(p, a);
+        p = vk_put_strides(p, a, 4, 0);
+        *p++ = vk_u32((int64_t)(n->nb[0] / 4));
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[3].eoff;
+        vk_grid(d, (uint64_t)tsl_nrows(a), grid);
+        break;
+    case VK_K_CROSS_ENTROPY_LOSS_F32:
+        p = put_ne(p, a);
+        p = vk_put_strides(p, a, 4, 0);
+        p = vk_put_strides(p, b, 4, 0);
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[1].eoff;
+        *p++ = x->b[3].eoff;
+        *p++ = a->ne[0] >= VK_CE_COOP_ROW ? 1u : 0u;
+        vk_grid(d, 1, grid);
+        break;
+    case VK_K_OUT_PROD_F32:
+    case VK_K_OUT_PROD_F16:
+    case VK_K_OUT_PROD_BF16:
+    case VK_K_OUT_PROD_Q8_0:
+    case VK_K_OUT_PROD_Q4_0:
+        *p++ = vk_u32(n->ne[0]);
+        *p++ = vk_u32(n->ne[1]);
+        *p++ = vk_u32(a->ne[1]);
+        p = vk_put_strides(p, a, es[0], 0);
+        p = vk_put_strides(p, b, 4, 0);
+        p = vk_put_strides(p, n, 4, 1);
+        *p++ = vk_u32(b->ne[2] / a->ne[2]);
+        *p++ = vk_u32(b->ne[3] / a->ne[3]);
+        *p++ = vk_u32(b->ne[2]);
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[1].eoff;
+        *p++ = x->b[3].eoff;
+        grid[0] = (uint32_t)((n->ne[0] + 63) / 64);
+        grid[1] = (uint32_t)((n->ne[1] + 63) / 64);
+        grid[2] = (uint32_t)(n->ne[2] * n->ne[3]);
+        break;
     default:
-        grid[0] = grid[1] = grid[2] = 0;
+        if (vk_cpy_to_plain(x->kernel) || vk_cpy_to_block(x->kernel)) {
+            /* cpy.comp / cpy_q.comp: shapes in elements, strides in each binding's elements */
+            p = put_ne(p, a);
+            p = vk_put_strides(p, a, es[0], 0);
+            p = put_ne(p, n);
+            p = vk_put_strides(p, n, es[3], 0);
+            *p++ = x->b[0].eoff;
+            *p++ = x->b[3].eoff;
+            const bool ca = tsl_is_contiguous(a), cn = tsl_is_contiguous(n);
+            /* two elements per invocation: both dense, an even count, 16-bit sides word-aligned */
+            const bool pairs = ca && cn && !tsl_type_is_quantized(a->type) && tsl_nelements(n) % 2 == 0 &&
+                               (es[0] != 2 || x->b[0].eoff % 2 == 0) && (es[3] != 2 || x->b[3].eoff % 2 == 0);
+            *p++ = (ca ? 1u : 0u) | (cn ? 2u : 0u) | (pairs ? 4u : 0u);
+            if (vk_cpy_to_block(x->kernel))
+                vk_grid(d, ((uint64_t)tsl_nelements(n) / TSL_QK8_0 + 63) / 64, grid);
+            else
+                vk_grid(d, ((uint64_t)tsl_nelements(n) / (pairs ? 2 : 1) + 255) / 256, grid);
+        } else if (vk_cpy_units(x->kernel)) {
+            /* cpy_raw.comp: shapes in units (elements or blocks) */
+            const int64_t bl = tsl_type_block_len(n->type);
+            *p++ = vk_u32(a->ne[0] / bl);
+            for (int i = 1; i < TSL_MAX_DIMS; i++) *p++ = vk_u32(a->ne[i]);
+            p = vk_put_strides(p, a, es[0], 0);
+            *p++ = vk_u32(n->ne[0] / bl);
+            for (int i = 1; i < TSL_MAX_DIMS; i++) *p++ = vk_u32(n->ne[i]);
+            p = vk_put_strides(p, n, es[3], 0);
+            *p++ = x->b[0].eoff;
+            *p++ = x->b[3].eoff;
+            vk_grid(d, ((uint64_t)(tsl_nelements(n) / bl) + 255) / 256, grid);
+        } else if (vk_concat_kernel(x->kernel)) {
+            p = put_ne(p, n);
+            p = put_ne(p, a);
+            p = vk_put_strides(p, a, es[0], 0);
+            p = vk_put_strides(p, b, es[1], 0);
+            p = vk_put_strides(p, n, es[3], 0);
+            *p++ = x->b[0].eoff;
+            *p++ = x->b[1].eoff;
+            *p++ = x->b[3].eoff;
+            *p++ = (uint32_t)op_get_i32(n, 0);
+            vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
+        } else {
+            grid[0] = grid[1] = grid[2] = 0;
+        }
         break;
     }
     return (uint32_t)((p - pc) * sizeof *pc);

@@ -19,6 +19,24 @@
  * is restored, so a thread that skipped its share cannot pass with the values
  * an earlier run left behind.
  *
+ * With TSL_TEST_BACKEND=vulkan the same cases run once each on the Vulkan
+ * backend instead (tests/vulkan/op_tests.cmake registers those runs), with
+ * the same references and tolerances. The tensors are built in host memory
+ * as always; for each compute the harness copies every host range the graph
+ * touches into one Vulkan buffer, points the tensors there (views, aliases
+ * and in-place outputs keep their relative placement, so an in-place case
+ * still runs in place on the device), computes, copies everything back and
+ * restores the host pointers. The graph goes straight to the Vulkan backend,
+ * never through the scheduler, so nothing can fall back to the CPU quietly:
+ * each compute node must be supported (else the case fails, unless its op
+ * and types are in REF_VK_GAPS, the stated list of what Vulkan does not run,
+ * each with its reason and checked to be refused) and the backend must have
+ * recorded at least one dispatch per compute node. At the end the Khronos
+ * validation layer's error count (TSL_VULKAN_VALIDATE=1) must be 0. Without
+ * a Vulkan device the run is skipped (exit code 77), or fails when
+ * TSL_REQUIRE_VULKAN is set, as CI sets it. Tensors the graph allocator
+ * placed on the device are read and poisoned through tsl_tensor_get/set.
+ *
  * A value passes when |got - ref| <= atol + rtol * m, where m is |ref| for
  * most ops and a condition magnitude (sum of |terms|) for reductions and dot
  * products, whose float rounding error scales with the terms and not with
@@ -50,13 +68,18 @@
 #define REF_PI 3.14159265358979323846
 
 /* ------------------------------------------------------------------------ */
-/* Backends: one per thread count                                            */
+/* Backends: one per thread count, or the Vulkan backend                     */
 /* ------------------------------------------------------------------------ */
 
-#define REF_NB 3 /* backends with 1, 2 and 3 threads */
+#define REF_MAXB 3           /* CPU backends with 1, 2 and 3 threads */
+#define REF_NB (ref_nb)      /* backends every case runs on: 3, or 1 on Vulkan */
 #define REF_NTH(bi) ((bi) + 1)
+#define REF_SKIP 77          /* exit code of a skipped run (ctest SKIP_RETURN_CODE) */
 
-static tsl_backend *ref_be[REF_NB];
+static tsl_backend *ref_be[REF_MAXB];
+static int ref_nb = REF_MAXB;
+static bool ref_vk;             /* TSL_TEST_BACKEND=vulkan */
+static tsl_buffer *ref_vk_buf;  /* the device buffer the host tensors visit for a compute */
 /* What the current case is, printed with every failure. */
 static char ref_case[384];
 
@@ -72,6 +95,23 @@ static inline void ref_describe(const char *fmt, ...) {
     va_end(ap);
 }
 
+/* Where run nth (REF_NTH(bi)) computed, for messages: "2 threads" or
+ * "vulkan0". */
+static inline const char *ref_where(int nth) {
+    static char buf[48];
+    if (ref_vk) return ref_be[0] ? tsl_backend_name(ref_be[0]) : "vulkan";
+    snprintf(buf, sizeof buf, "%d thread%s", nth, nth == 1 ? "" : "s");
+    return buf;
+}
+
+/* "at 1, 2 and 3 threads" or "on vulkan0", for the line a test starts with. */
+static inline const char *ref_mode(void) {
+    static char buf[64];
+    if (!ref_vk) return "at 1, 2 and 3 threads";
+    snprintf(buf, sizeof buf, "on %s", ref_be[0] ? tsl_backend_name(ref_be[0]) : "vulkan");
+    return buf;
+}
+
 /* The seed of a test's case stream: base, mixed with the environment
  * variable TSL_TEST_SEED when it is set, so a run with another seed explores
  * other shapes and values while the default run stays reproducible. */
@@ -82,10 +122,95 @@ static inline unsigned long long ref_seed(unsigned long long base) {
     return s ? s : 1;
 }
 
-/* Start the three backends; false (with a message) if any cannot start. */
+/* (op, src0 type, src1 type) combinations the Vulkan backend does not run,
+ * each with the reason. TSL_TYPE_COUNT matches any type; the list ends at
+ * an entry with op TSL_OP_COUNT. A node matching an entry must be refused
+ * by supports_op (its case is then counted "not on vulkan" and skipped); an
+ * entry that turns out supported fails the run, so the list never claims
+ * more than is true. It is empty now: every (op, types) the CPU backend
+ * runs has a Vulkan kernel (on a device with 16-bit storage; I8 copies and
+ * concat also need 8-bit storage). An entry looks like
+ *   {TSL_OP_MUL_MAT, TSL_TYPE_BF16, TSL_TYPE_COUNT, "no BF16-weight kernel: ...", 0, 0}, */
+typedef struct ref_vk_gap {
+    tsl_op op;
+    tsl_type t0, t1;
+    const char *why;
+    int refused, supported; /* how often it was met each way */
+} ref_vk_gap;
+static ref_vk_gap REF_VK_GAPS[] = {
+    {TSL_OP_COUNT, TSL_TYPE_COUNT, TSL_TYPE_COUNT, NULL, 0, 0}, /* the end */
+};
+
+static inline ref_vk_gap *ref_vk_gap_of(const tsl_tensor *n) {
+    for (int i = 0; REF_VK_GAPS[i].op != TSL_OP_COUNT; i++) {
+        ref_vk_gap *g = &REF_VK_GAPS[i];
+        if (g->op != n->op) continue;
+        if (g->t0 != TSL_TYPE_COUNT && (!n->src[0] || n->src[0]->type != g->t0)) continue;
+        if (g->t1 != TSL_TYPE_COUNT && (!n->src[1] || n->src[1]->type != g->t1)) continue;
+        return g;
+    }
+    return NULL;
+}
+
+/* Count the usable Vulkan devices; a machine with only Mesa's lavapipe
+ * installed (mesa-vulkan-drivers) gets the loader pointed at its ICD file
+ * when nothing else is found, as tests/vulkan/test_vk_ops.c does. */
+static inline int ref_vk_devices(void) {
+    int n = tsl_vulkan_device_count();
+    if (n > 0 || getenv("VK_ICD_FILENAMES") || getenv("VK_DRIVER_FILES")) return n;
+    static const char *icd[] = {"/usr/share/vulkan/icd.d/lvp_icd.x86_64.json",
+                                "/usr/share/vulkan/icd.d/lvp_icd.aarch64.json"};
+    for (size_t i = 0; i < sizeof icd / sizeof icd[0]; i++) {
+        FILE *f = fopen(icd[i], "r");
+        if (!f) continue;
+        fclose(f);
+        setenv("VK_DRIVER_FILES", icd[i], 1);
+        setenv("VK_ICD_FILENAMES", icd[i], 1);
+        return tsl_vulkan_device_count();
+    }
+    return n;
+}
+
+static inline bool ref_require_vulkan(void) {
+    const char *e = getenv("TSL_REQUIRE_VULKAN");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* Start the backends TSL_TEST_BACKEND names (cpu, the default: three CPU
+ * backends; vulkan: one Vulkan backend). False (with a message) if they
+ * cannot start. With no Vulkan device the process exits with REF_SKIP, or
+ * fails when TSL_REQUIRE_VULKAN is set. */
 static inline bool ref_setup(void) {
     const char *seed = getenv("TSL_TEST_SEED");
     if (seed && *seed) printf("TSL_TEST_SEED=%s\n", seed);
+    const char *which = getenv("TSL_TEST_BACKEND");
+    if (which && *which && strcmp(which, "cpu") != 0) {
+        if (strcmp(which, "vulkan") != 0) {
+            fprintf(stderr, "TSL_TEST_BACKEND=%s: unknown backend (cpu or vulkan)\n", which);
+            return false;
+        }
+        ref_vk = true;
+        ref_nb = 1;
+        tsl_error err;
+        tsl_error_clear(&err);
+        int n = ref_vk_devices();
+        ref_be[0] = n > 0 ? tsl_backend_vulkan_new(-1, &err) : NULL;
+        if (!ref_be[0]) {
+            char line[512] = "no Vulkan device found";
+            if (n > 0 || err.message[0]) tsl_error_format(&err, line, sizeof line);
+            if (ref_require_vulkan()) {
+                fprintf(stderr, "FAIL: TSL_REQUIRE_VULKAN is set and there is no Vulkan backend: %s\n", line);
+                return false;
+            }
+            printf("skipped: no Vulkan backend (%s)\n", line);
+            exit(REF_SKIP);
+        }
+        tsl_vulkan_device_info info;
+        if (tsl_backend_vulkan_info(ref_be[0], &info, &err) == TSL_SUCCESS)
+            printf("backend %s: %s (%s)%s\n", tsl_backend_name(ref_be[0]), info.name, info.type,
+                   getenv("TSL_VULKAN_VALIDATE") ? ", validation layer on" : "");
+        return true;
+    }
     for (int bi = 0; bi < REF_NB; bi++) {
         tsl_error err;
         tsl_error_clear(&err);
@@ -100,8 +225,42 @@ static inline bool ref_setup(void) {
     return true;
 }
 
+/* Free the backends. On Vulkan, first the checks that belong to the whole
+ * run: no validation-layer error, and REF_VK_GAPS exact (an entry met as
+ * supported is stale). A failure there counts as a failed test. */
 static inline void ref_teardown(void) {
-    for (int bi = 0; bi < REF_NB; bi++) {
+    if (ref_vk && ref_be[0]) {
+        tsl_vulkan_stats vs;
+        if (tsl_backend_vulkan_stats(ref_be[0], &vs) == TSL_SUCCESS) {
+            printf("%s: %llu computes, %llu dispatches, %llu validation errors\n", tsl_backend_name(ref_be[0]),
+                   (unsigned long long)vs.computes, (unsigned long long)vs.dispatches,
+                   (unsigned long long)vs.validation_errors);
+            if (vs.validation_errors) {
+                fprintf(stderr, "FAIL: the validation layer reported %llu errors\n",
+                        (unsigned long long)vs.validation_errors);
+                test_n_failed++;
+            }
+        } else {
+            fprintf(stderr, "FAIL: tsl_backend_vulkan_stats failed\n");
+            test_n_failed++;
+        }
+        for (int i = 0; REF_VK_GAPS[i].op != TSL_OP_COUNT; i++) {
+            const ref_vk_gap *g = &REF_VK_GAPS[i];
+            if (g->refused)
+                printf("not on %s (%d nodes): %s %s x %s: %s\n", tsl_backend_name(ref_be[0]), g->refused,
+                       tsl_op_name(g->op), g->t0 == TSL_TYPE_COUNT ? "any" : tsl_type_name(g->t0),
+                       g->t1 == TSL_TYPE_COUNT ? "any" : tsl_type_name(g->t1), g->why);
+            if (g->supported) {
+                fprintf(stderr, "FAIL: REF_VK_GAPS is stale: %s %s x %s is supported now (%d nodes); remove it\n",
+                        tsl_op_name(g->op), g->t0 == TSL_TYPE_COUNT ? "any" : tsl_type_name(g->t0),
+                        g->t1 == TSL_TYPE_COUNT ? "any" : tsl_type_name(g->t1), g->supported);
+                test_n_failed++;
+            }
+        }
+    }
+    tsl_buffer_free(ref_vk_buf);
+    ref_vk_buf = NULL;
+    for (int bi = 0; bi < REF_MAXB; bi++) {
         tsl_backend_free(ref_be[bi]);
         ref_be[bi] = NULL;
     }
@@ -118,18 +277,20 @@ typedef struct ref_stats {
     int runs;           /* computes checked (cases x thread counts) */
     int failed_runs;    /* computes that failed or disagreed */
     int rejected;       /* cases the op refused at build time, as its documentation allows */
+    int not_on_vk;      /* runs skipped: an (op, type) of REF_VK_GAPS, refused by supports_op */
     long long values;   /* values compared */
     double max_err;     /* largest |got - ref| */
     double max_ratio;   /* largest |got - ref| / tolerance */
 } ref_stats;
 
 static inline void ref_stats_print(const ref_stats *st) {
-    char rej[48] = "";
+    char rej[48] = "", gap[48] = "";
     if (st->rejected) snprintf(rej, sizeof rej, ", %d refused", st->rejected);
-    printf("  %-26s %4d cases%s, %5d runs, %9lld values, max |err| %-9.3g (%.3f of tol %s)%s\n", st->op,
-           st->cases, rej, st->runs, st->values, st->max_err, st->max_ratio, st->tol ? st->tol : "",
+    if (st->not_on_vk) snprintf(gap, sizeof gap, ", %d not on vulkan", st->not_on_vk);
+    printf("  %-26s %4d cases%s%s, %5d runs, %9lld values, max |err| %-9.3g (%.3f of tol %s)%s\n", st->op,
+           st->cases, rej, gap, st->runs, st->values, st->max_err, st->max_ratio, st->tol ? st->tol : "",
            st->failed_runs ? "  FAILED" : "");
-    CHECKF(st->runs > 0, "%s: no case ran", st->op);
+    CHECKF(st->runs > 0 || st->not_on_vk > 0, "%s: no case ran", st->op);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -195,7 +356,7 @@ static inline tsl_tensor *ref_root(const tsl_tensor *t) { return t->view_src ? t
 
 /* Fill every byte of t's root with random values in [lo, hi): floats
  * converted to the root's type (quantized with tsl_quantize), integers
- * truncated for I32. */
+ * rounded down (I8, I16, I32, I64), doubles for F64. */
 static inline void ref_fill(tsl_tensor *t, unsigned long long *rng, float lo, float hi) {
     tsl_tensor *r = ref_root(t);
     int64_t n = tsl_nelements(r);
@@ -204,6 +365,18 @@ static inline void ref_fill(tsl_tensor *t, unsigned long long *rng, float lo, fl
     switch (r->type) {
     case TSL_TYPE_I32:
         for (int64_t i = 0; i < n; i++) ((int32_t *)r->data)[i] = (int32_t)floorf(f[i]);
+        break;
+    case TSL_TYPE_I16:
+        for (int64_t i = 0; i < n; i++) ((int16_t *)r->data)[i] = (int16_t)floorf(f[i]);
+        break;
+    case TSL_TYPE_I8:
+        for (int64_t i = 0; i < n; i++) ((int8_t *)r->data)[i] = (int8_t)floorf(f[i]);
+        break;
+    case TSL_TYPE_I64:
+        for (int64_t i = 0; i < n; i++) ((int64_t *)r->data)[i] = (int64_t)floorf(f[i]) * 1000003;
+        break;
+    case TSL_TYPE_F64:
+        for (int64_t i = 0; i < n; i++) ((double *)r->data)[i] = (double)f[i] / 3.0;
         break;
     default:
         if (tsl_quantize(r->type, f, r->data, n) == 0 && n > 0) CHECKF(0, "ref_fill: cannot fill a %s tensor", tsl_type_name(r->type));
@@ -340,15 +513,53 @@ static inline double *ref_load(const tsl_tensor *t) {
     return v;
 }
 
+/* Is t's memory readable from the host (arena or a host buffer)? Tensors
+ * the graph allocator placed on a device are not. */
+static inline bool ref_on_host(const tsl_tensor *t) {
+    const tsl_buffer *b = t->buffer ? t->buffer : ref_root(t)->buffer;
+    return !b || tsl_buffer_host_ptr(b) != NULL;
+}
+
+/* t itself when it is host memory; otherwise *shadow, a copy of t's
+ * metadata whose data points at a host copy of the bytes t spans (*mem, to
+ * free), so ref_get / ref_addr read it as they read any host tensor. */
+static inline const tsl_tensor *ref_readable(const tsl_tensor *t, tsl_tensor *shadow, void **mem) {
+    *mem = NULL;
+    if (ref_on_host(t)) return t;
+    const size_t n = tsl_nbytes(t);
+    *mem = calloc(n ? n : 1, 1);
+    tsl_error err;
+    tsl_error_clear(&err);
+    if (tsl_tensor_get(t, *mem, 0, n, &err) != TSL_SUCCESS) {
+        char line[512];
+        tsl_error_format(&err, line, sizeof line);
+        CHECKF(0, "%s: cannot read '%s' back from its device: %s", ref_case, t->name, line);
+    }
+    *shadow = *t;
+    shadow->data = *mem;
+    shadow->buffer = NULL;
+    shadow->view_src = NULL;
+    return shadow;
+}
+
 /* Overwrite every element (block) t covers with all-ones bits: NaN for the
  * float types and for a block's fp16 scale, -1 for I32. */
 static inline void ref_poison(tsl_tensor *t) {
     const int64_t bl = tsl_type_block_len(t->type);
     const size_t bs = tsl_type_block_size(t->type);
-    for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
-        for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
-            for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
-                for (int64_t i0 = 0; i0 < t->ne[0]; i0 += bl) memset(ref_addr(t, i0, i1, i2, i3), 0xff, bs);
+    tsl_tensor shadow;
+    void *mem;
+    tsl_tensor *h = (tsl_tensor *)ref_readable(t, &shadow, &mem);
+    for (int64_t i3 = 0; i3 < h->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < h->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < h->ne[1]; i1++)
+                for (int64_t i0 = 0; i0 < h->ne[0]; i0 += bl) memset(ref_addr(h, i0, i1, i2, i3), 0xff, bs);
+    if (mem) {
+        tsl_error err;
+        CHECKF(tsl_tensor_set(t, mem, 0, tsl_nbytes(t), &err) == TSL_SUCCESS, "%s: cannot poison '%s' on its device",
+               ref_case, t->name);
+        free(mem);
+    }
 }
 
 /* The value v as the given type stores it (F32, F16, BF16 round to nearest
@@ -397,20 +608,240 @@ static inline tsl_graph *ref_graph(tsl_context *ctx, tsl_tensor *out) {
     return g;
 }
 
-/* Compute g on backend bi; a failed check with the error line otherwise. */
-static inline bool ref_compute(int bi, tsl_graph *g) {
+/* ---- computing on Vulkan ------------------------------------------------ */
+
+/* A tensor the Vulkan run touches, with the placement it had. */
+typedef struct ref_vk_t {
+    tsl_tensor *t;
+    void *data;
+    tsl_buffer *buf;
+} ref_vk_t;
+
+/* A run of host bytes copied to the device: [lo, hi) at offset off. */
+typedef struct ref_vk_span {
+    char *lo, *hi;
+    size_t off;
+} ref_vk_span;
+
+static inline int ref_vk_span_cmp(const void *a, const void *b) {
+    const ref_vk_span *x = (const ref_vk_span *)a, *y = (const ref_vk_span *)b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Every tensor g reaches (nodes, leafs, their sources and view sources),
+ * each once. The caller frees the list. */
+static inline ref_vk_t *ref_vk_tensors(const tsl_graph *g, int *n_out) {
+    int cap = 2 * (g->n_nodes + g->n_leafs) + 16, n = 0;
+    ref_vk_t *v = (ref_vk_t *)malloc((size_t)cap * sizeof *v);
+    for (int i = 0; i < g->n_nodes + g->n_leafs; i++) {
+        tsl_tensor *t = i < g->n_nodes ? g->nodes[i] : g->leafs[i - g->n_nodes];
+        bool seen = false;
+        for (int k = 0; k < n && !seen; k++) seen = v[k].t == t;
+        if (!t || seen) continue;
+        v[n++] = (ref_vk_t){t, t->data, t->buffer};
+    }
+    for (int k = 0; k < n; k++) { /* the list grows while it is walked: a closure */
+        tsl_tensor *more[TSL_MAX_SRC + 1];
+        for (int j = 0; j < TSL_MAX_SRC; j++) more[j] = v[k].t->src[j];
+        more[TSL_MAX_SRC] = v[k].t->view_src;
+        for (int j = 0; j <= TSL_MAX_SRC; j++) {
+            tsl_tensor *t = more[j];
+            bool seen = !t;
+            for (int q = 0; q < n && !seen; q++) seen = v[q].t == t;
+            if (seen) continue;
+            if (n == cap) {
+                cap *= 2;
+                v = (ref_vk_t *)realloc(v, (size_t)cap * sizeof *v);
+            }
+            v[n++] = (ref_vk_t){t, t->data, t->buffer};
+        }
+    }
+    *n_out = n;
+    return v;
+}
+
+/* A one-off I8 tensor over bytes [off, off + n) of buf, whose byte 0 is at
+ * base (tensor data addresses of a device buffer are opaque: base + offset). */
+static inline tsl_tensor ref_vk_bytes(tsl_buffer *buf, char *base, size_t off, size_t n) {
+    tsl_tensor t;
+    memset(&t, 0, sizeof t);
+    t.type = TSL_TYPE_I8;
+    t.ne[0] = (int64_t)n;
+    t.ne[1] = t.ne[2] = t.ne[3] = 1;
+    t.nb[0] = 1;
+    t.nb[1] = t.nb[2] = t.nb[3] = n;
+    t.data = base + off;
+    t.buffer = buf;
+    return t;
+}
+
+/* Compute g on the Vulkan backend, the graph's host memory moved to one
+ * device buffer for the run and back (see the top of this file). Tensors
+ * already in a device buffer stay where they are. */
+static inline tsl_status ref_vk_run(tsl_graph *g, tsl_error *err) {
+    tsl_backend *be = ref_be[0];
+    int n = 0;
+    ref_vk_t *ts = ref_vk_tensors(g, &n);
+    ref_vk_span *sp = (ref_vk_span *)malloc((size_t)(n + 1) * sizeof *sp);
+    int ns = 0;
+    for (int k = 0; k < n; k++) {
+        const tsl_tensor *t = ts[k].t;
+        if (!t->data || (t->buffer && !tsl_buffer_host_ptr(t->buffer))) continue;
+        const size_t nb = tsl_nbytes(t);
+        sp[ns++] = (ref_vk_span){(char *)t->data, (char *)t->data + (nb ? nb : 1), 0};
+    }
+    /* overlapping ranges (a view and its root, an in-place output and its
+     * input) become one, so they share device memory as they share host memory */
+    qsort(sp, (size_t)ns, sizeof *sp, ref_vk_span_cmp);
+    int nm = 0;
+    for (int k = 0; k < ns; k++) {
+        if (nm && sp[k].lo < sp[nm - 1].hi) {
+            if (sp[k].hi > sp[nm - 1].hi) sp[nm - 1].hi = sp[k].hi;
+        } else {
+            sp[nm++] = sp[k];
+        }
+    }
+    /* each range keeps its host address modulo 256, so every tensor keeps
+     * the element alignment it had */
+    size_t total = 0;
+    for (int k = 0; k < nm; k++) {
+        total = (total + 255) / 256 * 256 + (size_t)((uintptr_t)sp[k].lo % 256);
+        sp[k].off = total;
+        total += (size_t)(sp[k].hi - sp[k].lo);
+    }
+    tsl_status s = TSL_SUCCESS;
+    /* one buffer serves every run, grown when a graph needs more */
+    if (ref_vk_buf && tsl_buffer_size(ref_vk_buf) < total) {
+        tsl_buffer_free(ref_vk_buf);
+        ref_vk_buf = NULL;
+    }
+    if (!ref_vk_buf) ref_vk_buf = tsl_buffer_alloc(be, total > ((size_t)1 << 20) ? total : ((size_t)1 << 20), err);
+    tsl_buffer *buf = ref_vk_buf;
+    char *base = NULL;
+    if (!buf) s = err ? err->status : TSL_ALLOC_FAILED;
+    if (buf) {
+        /* where byte 0 of the buffer is: place a one-byte tensor there */
+        tsl_tensor probe;
+        memset(&probe, 0, sizeof probe);
+        probe.type = TSL_TYPE_I8;
+        probe.ne[0] = probe.ne[1] = probe.ne[2] = probe.ne[3] = 1;
+        probe.nb[0] = probe.nb[1] = probe.nb[2] = probe.nb[3] = 1;
+        s = tsl_buffer_place(buf, &probe, 0, err);
+        base = (char *)probe.data;
+    }
+    for (int k = 0; k < nm && s == TSL_SUCCESS; k++) {
+        tsl_tensor t = ref_vk_bytes(buf, base, sp[k].off, (size_t)(sp[k].hi - sp[k].lo));
+        s = tsl_tensor_set(&t, sp[k].lo, 0, (size_t)(sp[k].hi - sp[k].lo), err);
+    }
+    if (s == TSL_SUCCESS) {
+        for (int k = 0; k < n; k++) {
+            tsl_tensor *t = ts[k].t;
+            if (!t->data || (t->buffer && !tsl_buffer_host_ptr(t->buffer))) continue;
+            for (int q = 0; q < nm; q++)
+                if ((char *)t->data >= sp[q].lo && (char *)t->data < sp[q].hi) {
+                    t->data = base + sp[q].off + ((char *)t->data - sp[q].lo);
+                    t->buffer = buf;
+                    break;
+                }
+        }
+        s = tsl_backend_graph_compute(be, g, err);
+        tsl_error gerr;
+        for (int k = 0; k < nm && s == TSL_SUCCESS; k++) {
+            tsl_tensor t = ref_vk_bytes(buf, base, sp[k].off, (size_t)(sp[k].hi - sp[k].lo));
+            tsl_status gs = tsl_tensor_get(&t, sp[k].lo, 0, (size_t)(sp[k].hi - sp[k].lo), &gerr);
+            if (gs != TSL_SUCCESS) {
+                if (err) *err = gerr;
+                s = gs;
+            }
+        }
+    }
+    /* every tensor back as it was (a view the backend resolved included) */
+    for (int k = 0; k < n; k++) {
+        ts[k].t->data = ts[k].data;
+        ts[k].t->buffer = ts[k].buf;
+    }
+    free(sp);
+    free(ts);
+    return s;
+}
+
+/* Compute g on backend bi: its status, err filled. On Vulkan, through
+ * ref_vk_run. Nothing checks what ran where: for cases that expect a
+ * failure. */
+static inline tsl_status ref_compute_status(int bi, tsl_graph *g, tsl_error *err) {
+    if (!ref_vk) return tsl_backend_graph_compute(ref_be[bi], g, err);
+    return ref_vk_run(g, err);
+}
+
+enum { REF_NOT_ON_VK = -1, REF_FAILED = 0, REF_RAN = 1 };
+
+/* Compute g on backend bi, with a failed check (the error line) when it
+ * does not succeed. On Vulkan, first: every compute node must be supported
+ * by the backend, or be of an (op, types) in REF_VK_GAPS, and after the
+ * compute the backend must have recorded a dispatch for every compute node.
+ * Returns REF_RAN; REF_FAILED (a check failed); or REF_NOT_ON_VK when a node
+ * is a listed gap refused by supports_op (nothing ran; counted in st when
+ * st is given). */
+static inline int ref_compute_st(ref_stats *st, int bi, tsl_graph *g) {
+    int n_compute = 0;
+    uint64_t d0 = 0;
+    if (ref_vk) {
+        bool bad = false, gap_hit = false;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const tsl_tensor *nd = g->nodes[i];
+            if (!nd || nd->op == TSL_OP_NONE || tsl_op_is_view(nd->op) || tsl_nelements(nd) == 0) continue;
+            n_compute++;
+            const bool ok = tsl_backend_supports_op(ref_be[0], nd);
+            ref_vk_gap *gap = ref_vk_gap_of(nd);
+            if (gap) {
+                if (ok) {
+                    gap->supported++;
+                } else {
+                    gap->refused++;
+                    gap_hit = true;
+                }
+                continue;
+            }
+            if (!ok) {
+                CHECKF(0, "%s: node %d %s (%s from %s, %s) is not supported by %s: under the scheduler it would run "
+                       "on the CPU",
+                       ref_case, i, tsl_op_name(nd->op), tsl_type_name(nd->type),
+                       nd->src[0] ? tsl_type_name(nd->src[0]->type) : "-",
+                       nd->src[1] ? tsl_type_name(nd->src[1]->type) : "-", tsl_backend_name(ref_be[0]));
+                bad = true;
+            }
+        }
+        if (bad) return REF_FAILED;
+        if (gap_hit) {
+            if (st) st->not_on_vk++;
+            return REF_NOT_ON_VK;
+        }
+        tsl_vulkan_stats vs;
+        if (tsl_backend_vulkan_stats(ref_be[0], &vs) == TSL_SUCCESS) d0 = vs.dispatches;
+    }
     tsl_error err;
     tsl_error_clear(&err);
-    tsl_status s = tsl_backend_graph_compute(ref_be[bi], g, &err);
+    tsl_status s = ref_compute_status(bi, g, &err);
     if (s != TSL_SUCCESS) {
         char line[640];
         tsl_error_format(&err, line, sizeof line);
-        CHECKF(0, "%s: compute with %d threads returned %s: %s", ref_case, REF_NTH(bi), tsl_status_str(s), line);
-        return false;
+        CHECKF(0, "%s: compute on %s returned %s: %s", ref_case, ref_where(REF_NTH(bi)), tsl_status_str(s), line);
+        return REF_FAILED;
     }
-    return true;
+    if (ref_vk) {
+        tsl_vulkan_stats vs;
+        uint64_t d1 = tsl_backend_vulkan_stats(ref_be[0], &vs) == TSL_SUCCESS ? vs.dispatches : 0;
+        if (d1 - d0 < (uint64_t)n_compute) {
+            CHECKF(0, "%s: %d compute nodes but %s recorded %llu dispatches", ref_case, n_compute,
+                   tsl_backend_name(ref_be[0]), (unsigned long long)(d1 - d0));
+            return REF_FAILED;
+        }
+    }
+    return REF_RAN;
 }
 
+/* ref_compute_st without stats: true when g ran (a gap counts as not). */
+static inline bool ref_compute(int bi, tsl_graph *g) { return ref_compute_st(NULL, bi, g) == REF_RAN; }
 /* Compare out (read through its strides) with a reference band, dense in
  * out's shape: [min(ref, ref2), max(ref, ref2)] when ref2 is given (two
  * results are both right, e.g. activations converted or not), else ref.
@@ -421,6 +852,9 @@ static inline bool ref_compare_band(ref_stats *st, const tsl_tensor *out, const 
                                     const double *mag, double atol, double rtol, int nth) {
     long long bad = 0, n = 0;
     double worst_err = 0, worst_ratio = 0;
+    tsl_tensor shadow;
+    void *mem;
+    out = ref_readable(out, &shadow, &mem);
     for (int64_t i3 = 0; i3 < out->ne[3]; i3++)
         for (int64_t i2 = 0; i2 < out->ne[2]; i2++)
             for (int64_t i1 = 0; i1 < out->ne[1]; i1++)
@@ -437,16 +871,17 @@ static inline bool ref_compare_band(ref_stats *st, const tsl_tensor *out, const 
                     if (e > worst_err) worst_err = e;
                     if (ratio > worst_ratio) worst_ratio = ratio;
                     if (!ok && ++bad <= 5)
-                        fprintf(stderr, "    %s, %d threads: at [%lld,%lld,%lld,%lld] got %.9g, ref %.9g%s, |err| %.3g > tol %.3g\n",
-                                ref_case, nth, (long long)i0, (long long)i1, (long long)i2, (long long)i3, got, r,
-                                ref2 ? " (band)" : "", err, tol);
+                        fprintf(stderr, "    %s, %s: at [%lld,%lld,%lld,%lld] got %.9g, ref %.9g%s, |err| %.3g > tol %.3g\n",
+                                ref_case, ref_where(nth), (long long)i0, (long long)i1, (long long)i2, (long long)i3, got,
+                                r, ref2 ? " (band)" : "", err, tol);
                 }
+    free(mem);
     st->values += n;
     st->runs++;
     if (worst_err > st->max_err) st->max_err = worst_err;
     if (worst_ratio > st->max_ratio) st->max_ratio = worst_ratio;
     if (bad) st->failed_runs++;
-    CHECKF(bad == 0, "%s: %lld of %lld values out of tolerance with %d threads", ref_case, bad, n, nth);
+    CHECKF(bad == 0, "%s: %lld of %lld values out of tolerance on %s", ref_case, bad, n, ref_where(nth));
     return bad == 0;
 }
 
@@ -463,6 +898,9 @@ static inline bool ref_compare_quant(ref_stats *st, const tsl_tensor *out, const
     float f[64];
     unsigned char q[64];
     long long bad = 0, n = 0;
+    tsl_tensor shadow;
+    void *mem;
+    out = ref_readable(out, &shadow, &mem);
     for (int64_t i3 = 0; i3 < out->ne[3]; i3++)
         for (int64_t i2 = 0; i2 < out->ne[2]; i2++)
             for (int64_t i1 = 0; i1 < out->ne[1]; i1++)
@@ -471,16 +909,17 @@ static inline bool ref_compare_quant(ref_stats *st, const tsl_tensor *out, const
                     tsl_quantize(out->type, f, q, bl);
                     n += bl;
                     if (memcmp(q, ref_addr(out, i0, i1, i2, i3), bs) != 0 && ++bad <= 5)
-                        fprintf(stderr, "    %s, %d threads: block at [%lld,%lld,%lld,%lld] differs from tsl_quantize\n",
-                                ref_case, nth, (long long)i0, (long long)i1, (long long)i2, (long long)i3);
+                        fprintf(stderr, "    %s, %s: block at [%lld,%lld,%lld,%lld] differs from tsl_quantize\n",
+                                ref_case, ref_where(nth), (long long)i0, (long long)i1, (long long)i2, (long long)i3);
                 }
+    free(mem);
     st->values += n;
     st->runs++;
     if (bad) {
         st->failed_runs++;
         st->max_ratio = INFINITY;
     }
-    CHECKF(bad == 0, "%s: %lld blocks differ from tsl_quantize with %d threads", ref_case, bad, nth);
+    CHECKF(bad == 0, "%s: %lld blocks differ from tsl_quantize on %s", ref_case, bad, ref_where(nth));
     return bad == 0;
 }
 
@@ -514,9 +953,12 @@ static inline void ref_run_band(ref_stats *st, tsl_graph *g, tsl_tensor *out, co
             memcpy(rs->dst, rs->src, rs->n);
         else
             ref_poison(out);
-        if (!ref_compute(bi, g)) {
-            st->runs++;
-            st->failed_runs++;
+        const int r = ref_compute_st(st, bi, g);
+        if (r != REF_RAN) {
+            if (r == REF_FAILED) {
+                st->runs++;
+                st->failed_runs++;
+            }
             continue;
         }
         if (ref2)

@@ -307,7 +307,7 @@ static void test_attention_block(void) {
 
 int main(void) {
     if (!ref_setup()) return 1;
-    printf("attention ops vs double references, at 1, 2 and 3 threads\n");
+    printf("attention ops vs double references, %s\n", ref_mode());
     RUN(test_soft_max);
     RUN(test_soft_max_all_masked);
     RUN(test_rope);

@@ -5,7 +5,8 @@
  * computed tensors composed with compute ops (with arena data and through
  * the graph allocator, where views of intermediates resolve lazily).
  *
- * Every type pair of F32, F16, BF16, Q8_0, Q4_0 is covered. These ops move
+ * Every type pair of F32, F16, BF16, Q8_0, Q4_0 is covered, and copies of
+ * the integer types between themselves. These ops move
  * values, so every check is exact:
  *   - a float destination holds exactly the scalar conversion of the source
  *     value (tsl_fp32_to_fp16 / tsl_fp32_to_bf16 of the float the source
@@ -37,19 +38,23 @@ static bool blocks_equal(ref_stats *st, const tsl_tensor *out, const tsl_tensor 
     const int64_t bl = tsl_type_block_len(out->type);
     const size_t bs = tsl_type_block_size(out->type);
     long long bad = 0, n = 0;
+    tsl_tensor shadow;
+    void *mem;
+    out = ref_readable(out, &shadow, &mem);
     for (int64_t i3 = 0; i3 < out->ne[3]; i3++)
         for (int64_t i2 = 0; i2 < out->ne[2]; i2++)
             for (int64_t i1 = 0; i1 < out->ne[1]; i1++)
                 for (int64_t i0 = 0; i0 < out->ne[0]; i0 += bl) {
                     n += bl;
                     if (memcmp(ref_addr(out, i0, i1, i2, i3), ref_addr(src, i0, i1, i2, i3), bs) != 0 && ++bad <= 5)
-                        fprintf(stderr, "    %s, %d threads: block at [%lld,%lld,%lld,%lld] differs from the source\n",
-                                ref_case, nth, (long long)i0, (long long)i1, (long long)i2, (long long)i3);
+                        fprintf(stderr, "    %s, %s: block at [%lld,%lld,%lld,%lld] differs from the source\n",
+                                ref_case, ref_where(nth), (long long)i0, (long long)i1, (long long)i2, (long long)i3);
                 }
+    free(mem);
     st->values += n;
     st->runs++;
     if (bad) st->failed_runs++;
-    CHECKF(bad == 0, "%s: %lld blocks differ from the source with %d threads", ref_case, bad, nth);
+    CHECKF(bad == 0, "%s: %lld blocks differ from the source on %s", ref_case, bad, ref_where(nth));
     return bad == 0;
 }
 
@@ -62,9 +67,9 @@ static void run_blocks_equal(ref_stats *st, tsl_graph *g, tsl_tensor *out, const
     }
     for (int bi = 0; bi < REF_NB; bi++) {
         ref_poison(out);
-        if (!ref_compute(bi, g)) {
-            st->runs++;
-            st->failed_runs++;
+        const int r = ref_compute_st(st, bi, g);
+        if (r != REF_RAN) {
+            if (r == REF_FAILED) st->runs++, st->failed_runs++;
             continue;
         }
         blocks_equal(st, out, src, REF_NTH(bi));
@@ -213,17 +218,17 @@ static void test_cpy(void) {
                 memcpy(before, root->data, nbytes);
                 for (int bi = 0; g && bi < REF_NB; bi++) {
                     ref_poison(dst);
-                    if (!ref_compute(bi, g)) {
-                        st.runs++;
-                        st.failed_runs++;
+                    const int r = ref_compute_st(&st, bi, g);
+                    if (r != REF_RAN) {
+                        if (r == REF_FAILED) st.runs++, st.failed_runs++;
                         continue;
                     }
                     ref_check_out(&st, out, ref, NULL, 0, 0, REF_NTH(bi));
                     size_t changed = 0;
                     for (size_t i = 0; i < nbytes; i++)
                         if (!cov[i] && ((unsigned char *)root->data)[i] != before[i]) changed++;
-                    CHECKF(changed == 0, "%s: %zu bytes outside the destination view changed (%d threads)", ref_case,
-                           changed, REF_NTH(bi));
+                    CHECKF(changed == 0, "%s: %zu bytes outside the destination view changed (%s)", ref_case,
+                           changed, ref_where(REF_NTH(bi)));
                 }
                 free(vals);
                 free(ref);
@@ -268,9 +273,9 @@ static void test_cpy_flat_quant(void) {
         st.cases++;
         for (int bi = 0; g && bi < REF_NB; bi++) {
             ref_poison(view);
-            if (!ref_compute(bi, g)) {
-                st.runs++;
-                st.failed_runs++;
+            const int r = ref_compute_st(&st, bi, g);
+            if (r != REF_RAN) {
+                if (r == REF_FAILED) st.runs++, st.failed_runs++;
                 continue;
             }
             ref_check_out(&st, view, vals, NULL, 0, 0, REF_NTH(bi));
@@ -295,6 +300,83 @@ static void test_cpy_flat_quant(void) {
         free(before);
         tsl_ctx_free(ctx);
     }
+    ref_stats_print(&st);
+}
+
+/* ---- copies of the other types ------------------------------------------ */
+
+/* Element k of out in its flat order holds, byte for byte, element k of src
+ * in src's flat order (the rule of a copy between shapes). */
+static bool flat_equal(ref_stats *st, const tsl_tensor *out, const tsl_tensor *src, int nth) {
+    const size_t es = tsl_type_block_size(out->type);
+    const int64_t n = tsl_nelements(out);
+    long long bad = 0;
+    tsl_tensor shadow;
+    void *mem;
+    out = ref_readable(out, &shadow, &mem);
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t o0 = k % out->ne[0], o1 = (k / out->ne[0]) % out->ne[1],
+                      o2 = (k / (out->ne[0] * out->ne[1])) % out->ne[2], o3 = k / (out->ne[0] * out->ne[1] * out->ne[2]);
+        const int64_t s0 = k % src->ne[0], s1 = (k / src->ne[0]) % src->ne[1],
+                      s2 = (k / (src->ne[0] * src->ne[1])) % src->ne[2], s3 = k / (src->ne[0] * src->ne[1] * src->ne[2]);
+        if (memcmp(ref_addr(out, o0, o1, o2, o3), ref_addr(src, s0, s1, s2, s3), es) != 0 && ++bad <= 5)
+            fprintf(stderr, "    %s, %s: element %lld differs from the source\n", ref_case, ref_where(nth), (long long)k);
+    }
+    free(mem);
+    st->values += n;
+    st->runs++;
+    if (bad) st->failed_runs++;
+    CHECKF(bad == 0, "%s: %lld elements differ from the source on %s", ref_case, bad, ref_where(nth));
+    return bad == 0;
+}
+
+/* cont and cpy (into views, between shapes) of the types that are not
+ * numbers to convert: I32, I16, I8, I64, F64 move their bytes unchanged. */
+static void test_copy_other_types(void) {
+    static const tsl_type OTHER[5] = {TSL_TYPE_I32, TSL_TYPE_I16, TSL_TYPE_I8, TSL_TYPE_I64, TSL_TYPE_F64};
+    ref_stats st = {.op = "cont/cpy i32 i16 i8 i64 f64", .tol = "exact bytes"};
+    unsigned long long rng = ref_seed(1349);
+    for (int ti = 0; ti < 5; ti++)
+        for (int rep = 0; rep < 6; rep++) {
+            const tsl_type type = OTHER[ti];
+            tsl_context *ctx = ref_ctx(8);
+            if (!ctx) return;
+            int64_t ne[4], sne[4];
+            ref_rand_shape(&rng, (int)ref_rand_int(&rng, 2, 4), 1, 6000, ne);
+            memcpy(sne, ne, sizeof sne);
+            const bool reshape = rep % 3 == 2;
+            if (reshape) { /* the source as one long row: flat order decides */
+                sne[0] = ref_nel(ne);
+                sne[1] = sne[2] = sne[3] = 1;
+            }
+            const ref_layout sl = (ref_layout)ref_rand_int(&rng, 1, REF_NLAYOUT - 1);
+            tsl_tensor *src = ref_tensor(ctx, type, sne, reshape ? REF_CONTIG : sl, &rng, -100.0f, 100.0f);
+            tsl_tensor *out = NULL;
+            char sh[96];
+            describe_shape(sh, sizeof sh, ne);
+            if (rep % 3 == 0) {
+                ref_describe("cont %s %s %s", tsl_type_name(type), sh, ref_layout_name(sl));
+                out = src ? tsl_cont(ctx, src) : NULL;
+            } else {
+                const ref_layout dl = (ref_layout)ref_rand_int(&rng, 0, REF_NLAYOUT - 1);
+                tsl_tensor *dst = ref_tensor(ctx, type, ne, dl, &rng, -100.0f, 100.0f);
+                ref_describe("cpy %s %s %s -> %s", tsl_type_name(type), reshape ? "(one row)" : sh,
+                             reshape ? "contig" : ref_layout_name(sl), ref_layout_name(dl));
+                out = src && dst ? tsl_cpy(ctx, src, dst) : NULL;
+            }
+            tsl_graph *g = ref_graph(ctx, out);
+            st.cases++;
+            for (int bi = 0; g && bi < REF_NB; bi++) {
+                ref_poison(out);
+                const int r = ref_compute_st(&st, bi, g);
+                if (r != REF_RAN) {
+                    if (r == REF_FAILED) st.runs++, st.failed_runs++;
+                    continue;
+                }
+                flat_equal(&st, out, src, REF_NTH(bi));
+            }
+            tsl_ctx_free(ctx);
+        }
     ref_stats_print(&st);
 }
 
@@ -428,11 +510,12 @@ static void test_get_rows_out_of_range(void) {
             if (g && g_ok) {
                 tsl_error err;
                 tsl_error_clear(&err);
-                tsl_status s = tsl_backend_graph_compute(ref_be[bi], g, &err);
-                CHECKF(s == TSL_FAILED, "get_rows index %d of 5 rows, %d threads: status %s, want FAILED", bad[k],
-                       REF_NTH(bi), tsl_status_str(s));
+                tsl_status s = ref_compute_status(bi, g, &err);
+                CHECKF(s == TSL_FAILED, "get_rows index %d of 5 rows, %s: status %s, want FAILED", bad[k],
+                       ref_where(REF_NTH(bi)), tsl_status_str(s));
                 CHECK(err.status == TSL_FAILED && err.message[0] != '\0');
-                s = tsl_backend_graph_compute(ref_be[bi], g_ok, &err);
+                CHECK_STR_CONTAINS(err.message, "out of range");
+                s = ref_compute_status(bi, g_ok, &err);
                 CHECKF(s == TSL_SUCCESS, "a good get_rows after a failed one: %s", tsl_status_str(s));
                 if (s == TSL_SUCCESS)
                     for (int i = 0; i < 8; i++) {
@@ -591,10 +674,11 @@ static void test_views_composed(void) {
 
 int main(void) {
     if (!ref_setup()) return 1;
-    printf("copy ops vs exact references, at 1, 2 and 3 threads\n");
+    printf("copy ops vs exact references, %s\n", ref_mode());
     RUN(test_dup);
     RUN(test_cpy);
     RUN(test_cpy_flat_quant);
+    RUN(test_copy_other_types);
     RUN(test_cont);
     RUN(test_get_rows);
     RUN(test_get_rows_out_of_range);

@@ -223,7 +223,7 @@ static void test_swiglu(void) {
 
 int main(void) {
     if (!ref_setup()) return 1;
-    printf("element-wise ops vs double references, at 1, 2 and 3 threads\n");
+    printf("element-wise ops vs double references, %s\n", ref_mode());
     RUN(test_add);
     RUN(test_sub);
     RUN(test_mul);

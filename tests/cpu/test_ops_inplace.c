@@ -381,7 +381,7 @@ static void test_inplace_gallocr(void) {
 
 int main(void) {
     if (!ref_setup()) return 1;
-    printf("in-place ops (dst->data == src0->data) vs double references, at 1, 2 and 3 threads\n");
+    printf("in-place ops (dst->data == src0->data) vs double references, %s\n", ref_mode());
     RUN(test_inplace_by_hand);
     RUN(test_inplace_gallocr);
     ref_teardown();

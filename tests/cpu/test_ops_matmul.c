@@ -139,7 +139,7 @@ static void test_out_prod(void) {
 
 int main(void) {
     if (!ref_setup()) return 1;
-    printf("mul_mat / out_prod vs double references, at 1, 2 and 3 threads\n");
+    printf("mul_mat / out_prod vs double references, %s\n", ref_mode());
     RUN(test_mul_mat);
     RUN(test_out_prod);
     ref_teardown();

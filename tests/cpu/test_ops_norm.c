@@ -77,7 +77,7 @@ static void test_norm(void) { norm_cases(false); }
 
 int main(void) {
     if (!ref_setup()) return 1;
-    printf("norms vs double references, at 1, 2 and 3 threads\n");
+    printf("norms vs double references, %s\n", ref_mode());
     RUN(test_rms_norm);
     RUN(test_norm);
     ref_teardown();

@@ -182,7 +182,7 @@ static void test_cross_entropy_loss(void) {
 
 int main(void) {
     if (!ref_setup()) return 1;
-    printf("reductions vs double references, at 1, 2 and 3 threads\n");
+    printf("reductions vs double references, %s\n", ref_mode());
     RUN(test_sum);
     RUN(test_sum_rows);
     RUN(test_mean);

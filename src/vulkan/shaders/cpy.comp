@@ -1,50 +1,143 @@
 #version 450
 /*
- * cpy.comp - copy with conversion between F32 and F16 (SRC_F32/SRC_F16,
- * DST_F32/DST_F16), any strides on both sides. Elements are matched in flat
- * row-major order, so the shapes may differ when the counts agree (dup,
- * cont, and cpy into a strided view such as a KV-cache slot). One invocation
- * per element.
+ * cpy.comp - dup / cont / cpy into a plain float type: a source of type
+ * SRC_F32, SRC_F16, SRC_BF16, SRC_Q8_0 or SRC_Q4_0 (cpy_src.glsl) into a
+ * destination of type DST_F32, DST_F16 or DST_BF16, any strides on both
+ * sides. Elements are matched in flat row-major order, so the shapes may
+ * differ when the counts agree (dup, cont, and cpy into a strided view such
+ * as a KV-cache slot). One invocation per destination element.
+ *
+ * Values travel as f32 bits and are rounded with conv.glsl, so a copy gives
+ * the bytes the CPU gives (tsl_fp32_to_fp16 / tsl_fp32_to_bf16 of the float
+ * the source holds). A copy to the same type moves the stored bits.
+ *
+ * Flags: bit 0 the source is contiguous, bit 1 the destination is: that
+ * side's element then follows from the flat index without the division
+ * chain of the general case. Bit 2 (both contiguous, an even count, the
+ * 16-bit sides starting on a 32-bit word; not for block sources): each
+ * invocation moves two elements, a 16-bit side as one 32-bit word (2-byte
+ * accesses ran at a quarter of the copy rate on an H200).
  */
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
+#include "conv.glsl"
 
 layout(local_size_x = 256) in;
 
 layout(push_constant) uniform P {
     uint na0, na1, na2, na3; /* source shape */
-    uint sa0, sa1, sa2, sa3;
+    uint sa0, sa1, sa2, sa3; /* source strides: elements, or 16-bit words for blocks */
     uint nd0, nd1, nd2, nd3; /* destination shape */
     uint sd0, sd1, sd2, sd3;
     uint oa, od;
+    uint flags;
 } pc;
 
-#if defined(SRC_F32)
-layout(binding = 0) readonly buffer A { float a[]; };
+#include "cpy_src.glsl"
+
+#if defined(DST_F32)
+layout(binding = 3) writeonly buffer D { uint d[]; };
+#elif defined(DST_F16) || defined(DST_BF16)
+layout(binding = 3) writeonly buffer D { uint16_t d[]; };
+layout(binding = 3) writeonly buffer D2 { uint d2[]; }; /* the same, two elements a word */
 #else
-layout(binding = 0) readonly buffer A { float16_t a[]; };
+#error "cpy.comp: no DST_ type"
+#endif
+#if defined(SRC_F16) || defined(SRC_BF16)
+layout(binding = 0) readonly buffer A2 { uint a2[]; }; /* the source, two elements a word */
+#endif
+
+#if (defined(SRC_F16) && defined(DST_F16)) || (defined(SRC_BF16) && defined(DST_BF16))
+#define SAME_16 1 /* the stored bits move unchanged */
+#endif
+
+#if !defined(SRC_BLOCK)
+/* the stored bits of a destination element from f32 bits */
+uint dst_bits(uint v) {
+#if defined(DST_F32)
+    return v;
+#elif defined(DST_F16)
+    return f32_to_f16_bits(v);
+#else
+    return f32_to_bf16_bits(v);
+#endif
+}
+
+/* Bit 2: elements 2p and 2p + 1 of two contiguous tensors. */
+void copy_pair(uint p) {
+#if defined(SRC_F32)
+    uint v0 = a[pc.oa + 2u * p], v1 = a[pc.oa + 2u * p + 1u];
+#else
+    const uint w = a2[(pc.oa >> 1) + p];
+    uint v0 = w & 0xffffu, v1 = w >> 16;
+#if !defined(SAME_16)
+    v0 = src_raw16(v0);
+    v1 = src_raw16(v1);
+#endif
 #endif
 #if defined(DST_F32)
-layout(binding = 3) writeonly buffer D { float d[]; };
+    d[pc.od + 2u * p] = v0;
+    d[pc.od + 2u * p + 1u] = v1;
+#elif defined(SAME_16)
+    d2[(pc.od >> 1) + p] = v0 | (v1 << 16);
 #else
-layout(binding = 3) writeonly buffer D { float16_t d[]; };
+    d2[(pc.od >> 1) + p] = dst_bits(v0) | (dst_bits(v1) << 16);
+#endif
+}
 #endif
 
 void main() {
+#if !defined(SRC_BLOCK)
+    if ((pc.flags & 4u) != 0u) {
+        const uint p = wg_linear() * 256u + gl_LocalInvocationID.x;
+        if (2u * p < pc.nd0 * pc.nd1 * pc.nd2 * pc.nd3) copy_pair(p);
+        return;
+    }
+#endif
     const uint e = wg_linear() * 256u + gl_LocalInvocationID.x;
     if (e >= pc.nd0 * pc.nd1 * pc.nd2 * pc.nd3) return;
-    uint r = e;
-    const uint a0 = r % pc.na0; r /= pc.na0;
-    const uint a1 = r % pc.na1; r /= pc.na1;
-    const uint a2 = r % pc.na2, a3 = r / pc.na2;
-    r = e;
-    const uint d0 = r % pc.nd0; r /= pc.nd0;
-    const uint d1 = r % pc.nd1; r /= pc.nd1;
-    const uint d2 = r % pc.nd2, d3 = r / pc.nd2;
-    const float v = float(a[pc.oa + a0 * pc.sa0 + a1 * pc.sa1 + a2 * pc.sa2 + a3 * pc.sa3]);
-#if defined(DST_F32)
-    d[pc.od + d0 * pc.sd0 + d1 * pc.sd1 + d2 * pc.sd2 + d3 * pc.sd3] = v;
+    uint di;
+    if ((pc.flags & 2u) != 0u) {
+        di = pc.od + e;
+    } else {
+        uint r = e;
+        const uint d0 = r % pc.nd0; r /= pc.nd0;
+        const uint d1 = r % pc.nd1; r /= pc.nd1;
+        const uint d2 = r % pc.nd2, d3 = r / pc.nd2;
+        di = pc.od + d0 * pc.sd0 + d1 * pc.sd1 + d2 * pc.sd2 + d3 * pc.sd3;
+    }
+#if defined(SAME_16)
+    uint si;
+    if ((pc.flags & 1u) != 0u) {
+        si = pc.oa + e;
+    } else {
+        uint r = e;
+        const uint a0 = r % pc.na0; r /= pc.na0;
+        const uint a1 = r % pc.na1; r /= pc.na1;
+        const uint a2 = r % pc.na2, a3 = r / pc.na2;
+        si = pc.oa + a0 * pc.sa0 + a1 * pc.sa1 + a2 * pc.sa2 + a3 * pc.sa3;
+    }
+    d[di] = a[si];
 #else
-    d[pc.od + d0 * pc.sd0 + d1 * pc.sd1 + d2 * pc.sd2 + d3 * pc.sd3] = float16_t(v);
+    uint v;
+#if !defined(SRC_BLOCK)
+    if ((pc.flags & 1u) != 0u) {
+        v = src_raw(pc.oa + e);
+    } else
+#endif
+    {
+        uint r = e;
+        const uint a0 = r % pc.na0; r /= pc.na0;
+        const uint a1 = r % pc.na1; r /= pc.na1;
+        const uint a2 = r % pc.na2, a3 = r / pc.na2;
+        v = src_at(a0, a1, a2, a3);
+    }
+#if defined(DST_F32)
+    d[di] = v;
+#elif defined(DST_F16)
+    d[di] = uint16_t(f32_to_f16_bits(v));
+#else
+    d[di] = uint16_t(f32_to_bf16_bits(v));
+#endif
 #endif
 }

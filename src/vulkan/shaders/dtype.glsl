@@ -14,6 +14,8 @@
  *   a_block_q(w, j)         quantized value j (0..31) of that block, as float
  *   a_elem(base, k)         element k of the row starting at base (words for
  *                           blocks, elements otherwise)
+ *   a_at(i)                 element i of the binding (plain types only), for
+ *                           kernels that stride along a row
  */
 #extension GL_EXT_shader_16bit_storage : require
 
@@ -25,6 +27,11 @@ float a_elem(uint base, uint k) { return a[base + k]; }
 layout(binding = 0) readonly buffer A { float16_t a[]; };
 #define A_BLOCK 1u
 float a_elem(uint base, uint k) { return float(a[base + k]); }
+#elif defined(A_BF16)
+/* bfloat16 is the high half of an f32: a shift, exact */
+layout(binding = 0) readonly buffer A { uint16_t a[]; };
+#define A_BLOCK 1u
+float a_elem(uint base, uint k) { return uintBitsToFloat(uint(a[base + k]) << 16); }
 #elif defined(A_Q8_0) || defined(A_Q4_0)
 layout(binding = 0) readonly buffer A { uint16_t a[]; };
 #define A_BLOCK 32u
@@ -53,5 +60,8 @@ float a_elem(uint base, uint k) {
     return a_block_scale(w) * a_block_q(w, k % 32u);
 }
 #else
-#error "dtype.glsl: define one of A_F32, A_F16, A_Q8_0, A_Q4_0"
+#error "dtype.glsl: define one of A_F32, A_F16, A_BF16, A_Q8_0, A_Q4_0"
+#endif
+#if !defined(A_QUANT)
+float a_at(uint i) { return a_elem(0u, i); }
 #endif

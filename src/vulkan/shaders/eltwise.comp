@@ -7,6 +7,12 @@
  *
  * In place is safe: each invocation reads its own element before writing it,
  * and bindings without `restrict` may alias.
+ *
+ * Fast paths (flags, set by the host): bit 0, a and dst are contiguous, so
+ * an element's place is its flat index; with it, bit 1, b is contiguous in
+ * a's shape (same index), or bit 2, b is one contiguous row broadcast over
+ * every row (index modulo ne0, a bias). Only the general case pays the
+ * chain of divisions that turns a flat index into four coordinates.
  */
 #include "common.glsl"
 
@@ -20,6 +26,7 @@ layout(push_constant) uniform P {
     uint nb0, nb1, nb2, nb3; /* b's shape (broadcast) */
     uint oa, ob, od;
     float p0;
+    uint flags;
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
@@ -28,42 +35,67 @@ layout(binding = 3) writeonly buffer D { float d[]; };
 
 float silu(float x) { return x / (1.0 + exp(-x)); }
 
-void main() {
-    uint idx = wg_linear() * 256u + gl_LocalInvocationID.x;
-    if (idx >= pc.ne0 * pc.ne1 * pc.ne2 * pc.ne3) return;
-    uint i0 = idx % pc.ne0, r = idx / pc.ne0;
-    uint i1 = r % pc.ne1;
-    r /= pc.ne1;
-    uint i2 = r % pc.ne2, i3 = r / pc.ne2;
-    float x = a[pc.oa + i0 * pc.sa0 + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3];
 #if defined(OP_ADD) || defined(OP_SUB) || defined(OP_MUL) || defined(OP_DIV) || defined(OP_SWIGLU)
-    float y = b[pc.ob + (i0 % pc.nb0) * pc.sb0 + (i1 % pc.nb1) * pc.sb1 + (i2 % pc.nb2) * pc.sb2 +
-                (i3 % pc.nb3) * pc.sb3];
+#define BINARY 1
 #endif
+
+float op(float x, float y) {
 #if defined(OP_ADD)
-    float v = x + y;
+    return x + y;
 #elif defined(OP_SUB)
-    float v = x - y;
+    return x - y;
 #elif defined(OP_MUL)
-    float v = x * y;
+    return x * y;
 #elif defined(OP_DIV)
-    float v = x / y;
+    return x / y;
 #elif defined(OP_SWIGLU)
-    float v = silu(x) * y;
+    return silu(x) * y;
 #elif defined(OP_SCALE)
-    float v = x * pc.p0;
+    return x * pc.p0;
 #elif defined(OP_SQR)
-    float v = x * x;
+    return x * x;
 #elif defined(OP_SQRT)
-    float v = sqrt(x);
+    return sqrt(x);
 #elif defined(OP_SILU)
-    float v = silu(x);
+    return silu(x);
 #elif defined(OP_GELU)
     /* tanh form: 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)) */
-    float u = 0.79788456080286536 * x * (1.0 + 0.044715 * x * x);
-    float v = x / (1.0 + exp(-2.0 * u));
+    const float u = 0.79788456080286536 * x * (1.0 + 0.044715 * x * x);
+    return x / (1.0 + exp(-2.0 * u));
 #else
 #error "eltwise.comp: no OP_ defined"
 #endif
-    d[pc.od + i0 * pc.sd0 + i1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3] = v;
+}
+
+void main() {
+    const uint idx = wg_linear() * 256u + gl_LocalInvocationID.x;
+    if (idx >= pc.ne0 * pc.ne1 * pc.ne2 * pc.ne3) return;
+    float y = 0.0;
+    if ((pc.flags & 1u) != 0u) {
+#if defined(BINARY)
+        if ((pc.flags & 2u) != 0u) {
+            y = b[pc.ob + idx];
+        } else if ((pc.flags & 4u) != 0u) {
+            y = b[pc.ob + idx % pc.ne0];
+        } else {
+            uint r = idx;
+            const uint i0 = r % pc.ne0; r /= pc.ne0;
+            const uint i1 = r % pc.ne1; r /= pc.ne1;
+            const uint i2 = r % pc.ne2, i3 = r / pc.ne2;
+            y = b[pc.ob + (i0 % pc.nb0) * pc.sb0 + (i1 % pc.nb1) * pc.sb1 + (i2 % pc.nb2) * pc.sb2 +
+                  (i3 % pc.nb3) * pc.sb3];
+        }
+#endif
+        d[pc.od + idx] = op(a[pc.oa + idx], y);
+        return;
+    }
+    uint r = idx;
+    const uint i0 = r % pc.ne0; r /= pc.ne0;
+    const uint i1 = r % pc.ne1; r /= pc.ne1;
+    const uint i2 = r % pc.ne2, i3 = r / pc.ne2;
+#if defined(BINARY)
+    y = b[pc.ob + (i0 % pc.nb0) * pc.sb0 + (i1 % pc.nb1) * pc.sb1 + (i2 % pc.nb2) * pc.sb2 + (i3 % pc.nb3) * pc.sb3];
+#endif
+    d[pc.od + i0 * pc.sd0 + i1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3] =
+        op(a[pc.oa + i0 * pc.sa0 + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3], y);
 }

@@ -1,0 +1,59 @@
+/*
+ * cpy_src.glsl - binding 0 as the source of a converting copy, of type
+ * SRC_F32, SRC_F16, SRC_BF16, SRC_Q8_0 or SRC_Q4_0, read as f32 bits
+ * (conv.glsl): plain types through their element strides, block types
+ * through 16-bit-word strides (rows of whole blocks, dense).
+ *
+ *   src_at(a0, a1, a2, a3)   the element at those coordinates, as f32 bits
+ *
+ * A block element is decoded as tsl_dequantize decodes it: the block's f16
+ * scale (converted exactly) times the quant, one float product. The
+ * including shader declares the push constants with the source's strides
+ * (sa0..sa3) and offset (oa).
+ */
+#if defined(SRC_F32)
+layout(binding = 0) readonly buffer A { uint a[]; };
+#elif defined(SRC_F16) || defined(SRC_BF16) || defined(SRC_Q8_0) || defined(SRC_Q4_0)
+layout(binding = 0) readonly buffer A { uint16_t a[]; };
+#else
+#error "cpy_src.glsl: no SRC_ type"
+#endif
+
+#if defined(SRC_Q8_0) || defined(SRC_Q4_0)
+#define SRC_BLOCK 1
+uint src_at(uint a0, uint a1, uint a2, uint a3) {
+    const uint w = pc.oa + (a0 >> 5) * pc.sa0 + a1 * pc.sa1 + a2 * pc.sa2 + a3 * pc.sa3;
+    const uint j = a0 & 31u;
+    const float s = uintBitsToFloat(f16_to_f32_bits(uint(a[w])));
+#if defined(SRC_Q8_0)
+    const uint word = uint(a[w + 1u + (j >> 1)]);
+    const float q = float(bitfieldExtract(int((j & 1u) != 0u ? (word >> 8) : word), 0, 8));
+#else
+    const uint word = uint(a[w + 1u + ((j & 15u) >> 1)]);
+    const uint byte = (j & 1u) != 0u ? (word >> 8) & 0xffu : word & 0xffu;
+    const float q = float(int(j < 16u ? (byte & 0xfu) : (byte >> 4)) - 8);
+#endif
+    precise float v = q * s;
+    return floatBitsToUint(v);
+}
+#else
+/* stored 16-bit source bits as f32 bits */
+uint src_raw16(uint h) {
+#if defined(SRC_F16)
+    return f16_to_f32_bits(h);
+#else
+    return bf16_to_f32_bits(h);
+#endif
+}
+/* the stored bits of element i of the binding, as f32 bits */
+uint src_raw(uint i) {
+#if defined(SRC_F32)
+    return a[i];
+#else
+    return src_raw16(uint(a[i]));
+#endif
+}
+uint src_at(uint a0, uint a1, uint a2, uint a3) {
+    return src_raw(pc.oa + a0 * pc.sa0 + a1 * pc.sa1 + a2 * pc.sa2 + a3 * pc.sa3);
+}
+#endif
