@@ -42,6 +42,7 @@ static struct {
     VkInstance inst;
     int inst_refs;
     bool validate;
+    uint32_t layer_version; /* the validation layer's specVersion */
     bool found; /* the instance has found a usable device: keep it */
     VkDebugUtilsMessengerEXT msgr;
     vk_device *devs[VK_MAX_DEVICES];
@@ -126,14 +127,19 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL vk_debug_cb(VkDebugUtilsMessageSeverityFla
 
 /* ---- instance ------------------------------------------------------------------ */
 
-static bool vk_has_layer(const char *name) {
+/* Is layer `name` installed; its specVersion into *version. */
+static bool vk_has_layer(const char *name, uint32_t *version) {
     uint32_t n = 0;
     if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0) return false;
     VkLayerProperties *p = calloc(n, sizeof *p);
     if (!p) return false;
     bool found = false;
     if (vkEnumerateInstanceLayerProperties(&n, p) == VK_SUCCESS)
-        for (uint32_t i = 0; i < n && !found; i++) found = strcmp(p[i].layerName, name) == 0;
+        for (uint32_t i = 0; i < n && !found; i++)
+            if (strcmp(p[i].layerName, name) == 0) {
+                found = true;
+                *version = p[i].specVersion;
+            }
     free(p);
     return found;
 }
@@ -162,7 +168,7 @@ static VkResult vk_instance_get(void) {
     uint32_t n_layers = 0, n_exts = 0;
     bool validate = vk_env_on("TSL_VULKAN_VALIDATE");
     if (validate) {
-        if (vk_has_layer("VK_LAYER_KHRONOS_validation")) {
+        if (vk_has_layer("VK_LAYER_KHRONOS_validation", &vk_reg.layer_version)) {
             layers[n_layers++] = "VK_LAYER_KHRONOS_validation";
         } else {
             TSL_LOGW("TSL_VULKAN_VALIDATE is set but the Khronos validation layer is not installed "
@@ -685,6 +691,18 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
     bool checked = vk_env_on("TSL_VULKAN_CHECKED");
     bool robust2 = checked && d->f.robustness2;
     if (robust2) exts[n_exts++] = VK_EXT_ROBUSTNESS_2_EXTENSION_NAME;
+    /* A validation layer older than VK_KHR_cooperative_matrix (1.3.255;
+     * Debian 12 ships 1.3.239) rejects its feature struct as unknown and
+     * fails device creation: validate without cooperative matrices then. */
+    if (d->f.cooperative_matrix && vk_reg.validate && vk_reg.layer_version < VK_MAKE_API_VERSION(0, 1, 3, 255)) {
+        TSL_LOGW("vulkan: cooperative matrices off while validating: the validation layer (%u.%u.%u) predates "
+                 "VK_KHR_cooperative_matrix",
+                 VK_API_VERSION_MAJOR(vk_reg.layer_version), VK_API_VERSION_MINOR(vk_reg.layer_version),
+                 VK_API_VERSION_PATCH(vk_reg.layer_version));
+        d->f.cooperative_matrix = false;
+        d->f.n_coopmat = 0;
+        d->info.cooperative_matrix = false;
+    }
     if (d->f.cooperative_matrix) exts[n_exts++] = "VK_KHR_cooperative_matrix";
 
     VkPhysicalDeviceFeatures2 avail2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
