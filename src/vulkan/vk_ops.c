@@ -532,11 +532,13 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
             /* two elements per invocation: both dense, an even count, 16-bit sides word-aligned */
             const bool pairs = ca && cn && !tsl_type_is_quantized(a->type) && tsl_nelements(n) % 2 == 0 &&
                                (es[0] != 2 || x->b[0].eoff % 2 == 0) && (es[3] != 2 || x->b[3].eoff % 2 == 0);
-            *p++ = (ca ? 1u : 0u) | (cn ? 2u : 0u) | (pairs ? 4u : 0u);
+            /* four: both dense, a count of whole fours, each side starting on a four */
+            const bool quads = pairs && tsl_nelements(n) % 4 == 0 && x->b[0].eoff % 4 == 0 && x->b[3].eoff % 4 == 0;
+            *p++ = (ca ? 1u : 0u) | (cn ? 2u : 0u) | (pairs ? 4u : 0u) | (quads ? 8u : 0u);
             if (vk_cpy_to_block(x->kernel))
                 vk_grid(d, ((uint64_t)tsl_nelements(n) / TSL_QK8_0 + 63) / 64, grid);
             else
-                vk_grid(d, ((uint64_t)tsl_nelements(n) / (pairs ? 2 : 1) + 255) / 256, grid);
+                vk_grid(d, ((uint64_t)tsl_nelements(n) / (quads ? 4 : pairs ? 2 : 1) + 255) / 256, grid);
         } else if (vk_cpy_units(x->kernel)) {
             /* cpy_raw.comp: shapes in units (elements or blocks) */
             const int64_t bl = tsl_type_block_len(n->type);

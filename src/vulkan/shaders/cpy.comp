@@ -16,7 +16,11 @@
  * chain of the general case. Bit 2 (both contiguous, an even count, the
  * 16-bit sides starting on a 32-bit word; not for block sources): each
  * invocation moves two elements, a 16-bit side as one 32-bit word (2-byte
- * accesses ran at a quarter of the copy rate on an H200).
+ * accesses ran at a quarter of the copy rate on an H200). Bit 3 (both
+ * contiguous, a count that is a multiple of 4, each side starting on a
+ * 4-element boundary; not for block sources): each invocation moves four
+ * elements, an F32 side as one 16-byte access and a 16-bit side as one
+ * 8-byte access, which is what it takes to stream at the memory's rate.
  */
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
@@ -49,6 +53,20 @@ layout(binding = 0) readonly buffer A2 { uint a2[]; }; /* the source, two elemen
 
 #if (defined(SRC_F16) && defined(DST_F16)) || (defined(SRC_BF16) && defined(DST_BF16))
 #define SAME_16 1 /* the stored bits move unchanged */
+#endif
+
+#if !defined(SRC_BLOCK)
+/* the same bindings again, four elements an entry (bit 3) */
+#if defined(SRC_F32)
+layout(binding = 0) readonly buffer A4 { uvec4 a4[]; };
+#else
+layout(binding = 0) readonly buffer A4 { uvec2 a4[]; };
+#endif
+#if defined(DST_F32)
+layout(binding = 3) writeonly buffer D4 { uvec4 d4[]; };
+#else
+layout(binding = 3) writeonly buffer D4 { uvec2 d4[]; };
+#endif
 #endif
 
 #if !defined(SRC_BLOCK)
@@ -86,8 +104,35 @@ void copy_pair(uint p) {
 }
 #endif
 
+#if !defined(SRC_BLOCK)
+/* Bit 3: elements 4q .. 4q + 3 of two contiguous tensors. */
+void copy_quad(uint q) {
+#if defined(SRC_F32)
+    uvec4 v = a4[(pc.oa >> 2) + q];
+#else
+    const uvec2 w = a4[(pc.oa >> 2) + q];
+    uvec4 v = uvec4(w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16);
+#if !defined(SAME_16)
+    v = uvec4(src_raw16(v.x), src_raw16(v.y), src_raw16(v.z), src_raw16(v.w));
+#endif
+#endif
+#if defined(DST_F32)
+    d4[(pc.od >> 2) + q] = v;
+#elif defined(SAME_16)
+    d4[(pc.od >> 2) + q] = uvec2(v.x | (v.y << 16), v.z | (v.w << 16));
+#else
+    d4[(pc.od >> 2) + q] = uvec2(dst_bits(v.x) | (dst_bits(v.y) << 16), dst_bits(v.z) | (dst_bits(v.w) << 16));
+#endif
+}
+#endif
+
 void main() {
 #if !defined(SRC_BLOCK)
+    if ((pc.flags & 8u) != 0u) {
+        const uint q = wg_linear() * 256u + gl_LocalInvocationID.x;
+        if (4u * q < pc.nd0 * pc.nd1 * pc.nd2 * pc.nd3) copy_quad(q);
+        return;
+    }
     if ((pc.flags & 4u) != 0u) {
         const uint p = wg_linear() * 256u + gl_LocalInvocationID.x;
         if (2u * p < pc.nd0 * pc.nd1 * pc.nd2 * pc.nd3) copy_pair(p);
