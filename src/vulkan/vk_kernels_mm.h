@@ -1,24 +1,161 @@
 /*
  * vk_kernels_mm.h - the matrix-multiplication kernels of the Vulkan backend
- * (mul_mat: tiled, mat-vec, and later cooperative-matrix variants), as an
- * X-macro list that vk.h splices into the whole kernel table. Kept apart so
- * the mul_mat kernels (their list, their selection in vk_ops_mm.c, their
- * shaders and kernels_mm.cmake) change together without touching the
- * element-wise ops.
+ * (mul_mat), as one X-macro list that vk.h splices into the whole kernel
+ * table, with what vk_pipeline.c and vk_ops_mm.c need besides: the SPIR-V
+ * each is built from, its family and weight type, and its specialization
+ * constants. Kept apart so the mul_mat kernels (their list, their choice in
+ * vk_ops_mm.c, their shaders and kernels_mm.cmake) change together without
+ * touching the element-wise ops.
  *
- * X(id, name, esize of binding 0, 1, 2, 3): as in vk.h.
+ * Families:
+ *   TILED  mul_mat.comp, 64x64 tiles of plain arithmetic: any shape, any
+ *          device (the fallback and the reference for the others)
+ * Weights F32, F16, BF16, Q8_0, Q4_0 (not BF16 on matrix units: its range
+ * does not fit F16); activations and results F32.
+ *   VEC    mul_mat_vec.comp with one column (decode); spec constants
+ *          {W workgroup size, S teams per workgroup, R rows per team,
+ *          Q quant words per lane, U steps loaded ahead}
+ *   VECN   the same with up to 8 columns (batched decode, N = 2..8)
+ *   CM     mul_mat_cm.comp on cooperative matrices (16x16x16, F16 in, F32
+ *          accumulate; F16 weights, or Q8_0 / Q4_0 ones dequantized to F16
+ *          while staged): {W, WGM, WGN, TM, TN, BK}, tile BM = WGM*TM*16 by
+ *          BN = WGN*TN*16; compiled only where the GLSL compiler knows
+ *          GL_KHR_cooperative_matrix, chosen only where the device has the
+ *          shape
+ *   CMEMU  the same kernel with the matrix operations emulated: runs
+ *          anywhere, chosen only when forced (tests of the tiling)
+ *
+ * Several kernels share one SPIR-V (blob) and differ only in their
+ * specialization constants: that is how a device is tuned (the variants
+ * with a suffix, e.g. _w32s1r1, exist to be measured; TSL_VK_MM_VARIANT
+ * forces one, see vk_ops_mm.c). Names are what error records, `tensile
+ * doctor` and fault rules use.
+ *
+ * VK_MM_LIST(Y, X) calls Y(X, id, name, esize of the weights' binding, of
+ * the activations', blob, family, weight type, activation type, 6 spec
+ * constants); VK_KERNELS_MM(X) is the X(id, name, esize of bindings 0..3)
+ * form vk.h wants.
  */
 #ifndef TSL_VK_KERNELS_MM_H
 #define TSL_VK_KERNELS_MM_H
 
-#define VK_KERNELS_MM(X) \
-    X(MUL_MAT_F32, "mul_mat_f32_f32", 4, 4, 0, 4) \
-    X(MUL_MAT_F16, "mul_mat_f16_f32", 2, 4, 0, 4) \
-    X(MUL_MAT_Q8_0, "mul_mat_q8_0_f32", 2, 4, 0, 4) \
-    X(MUL_MAT_Q4_0, "mul_mat_q4_0_f32", 2, 4, 0, 4) \
-    X(MUL_MAT_VEC_F32, "mul_mat_vec_f32_f32", 4, 4, 0, 4) \
-    X(MUL_MAT_VEC_F16, "mul_mat_vec_f16_f32", 2, 4, 0, 4) \
-    X(MUL_MAT_VEC_Q8_0, "mul_mat_vec_q8_0_f32", 2, 4, 0, 4) \
-    X(MUL_MAT_VEC_Q4_0, "mul_mat_vec_q4_0_f32", 2, 4, 0, 4)
+#include <stdbool.h>
+#include <stdint.h>
+
+enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU };
+
+/* One mat-vec variant: weight type t ("tn" in names, e its esize), F32
+ * activations; spec {W, S, R, Q, U}, 0 for the shader's default (U: 4 for
+ * plain types, 8 for block types). */
+#define VK_MM_V(Y, X, t, tn, e, sfx, w, s, r, q, u)                                                      \
+    Y(X, MUL_MAT_VEC_##t##sfx, "mul_mat_vec_" tn "_f32" #sfx, e, 4, "mul_mat_vec_" tn "_f32", VEC, t, F32, w, \
+      s, r, q, u, 0)
+#define VK_MM_VEC_SET(Y, X, t, tn, e)                   \
+    VK_MM_V(Y, X, t, tn, e, , 128, 4, 2, 2, 0)          \
+    VK_MM_V(Y, X, t, tn, e, _w32s1r1, 32, 1, 1, 2, 0)   \
+    VK_MM_V(Y, X, t, tn, e, _w32s1r2, 32, 1, 2, 2, 0)   \
+    VK_MM_V(Y, X, t, tn, e, _w32s1r4, 32, 1, 4, 2, 0)   \
+    VK_MM_V(Y, X, t, tn, e, _w128s4r1, 128, 4, 1, 2, 0) \
+    VK_MM_V(Y, X, t, tn, e, _w128s4r4, 128, 4, 4, 2, 0) \
+    VK_MM_V(Y, X, t, tn, e, _w256s8r2, 256, 8, 2, 2, 0) \
+    VK_MM_V(Y, X, t, tn, e, _w64s1r2, 64, 1, 2, 2, 0)   \
+    VK_MM_V(Y, X, t, tn, e, _w128s1r2, 128, 1, 2, 2, 0) \
+    VK_MM_V(Y, X, t, tn, e, _u2, 128, 4, 2, 2, 2)
+#define VK_MM_VECF_SET(Y, X, t, tn, e) \
+    VK_MM_VEC_SET(Y, X, t, tn, e)      \
+    VK_MM_V(Y, X, t, tn, e, _u8, 128, 4, 2, 2, 8)
+/* block types also sweep the quant words per lane */
+#define VK_MM_VECQ_SET(Y, X, t, tn)                  \
+    VK_MM_VEC_SET(Y, X, t, tn, 2)                    \
+    VK_MM_V(Y, X, t, tn, 2, _u4, 128, 4, 2, 2, 4)    \
+    VK_MM_V(Y, X, t, tn, 2, _u16, 128, 4, 2, 2, 16)  \
+    VK_MM_V(Y, X, t, tn, 2, _q1, 128, 4, 2, 1, 0)    \
+    VK_MM_V(Y, X, t, tn, 2, _q4, 128, 4, 2, 4, 0)
+
+/* a kernel with no specialization constants (the tiled ones) */
+#define VK_MM_T(Y, X, id, name, e0, e1, t, bt) Y(X, id, name, e0, e1, name, TILED, t, bt, 0, 0, 0, 0, 0, 0)
+/* the small-N kernel of weight type t ("tn"), activations bt ("btn") */
+#define VK_MM_N(Y, X, id, tn, btn, e0, e1, t, bt)                                                              \
+    Y(X, id, "mul_mat_vecn_" tn "_" btn, e0, e1, "mul_mat_vecn_" tn "_" btn, VECN, t, bt, 128, 4, 2, 2, 0, 0)
+/* cooperative matrices: {W, WGM, WGN, TM, TN, BK} */
+#define VK_MM_ES_F32 4
+#define VK_MM_ES_F16 2
+#define VK_MM_C(Y, X, id, name, blob, fam, t, bt, w, wgm, wgn, tm, tn_, bk) \
+    Y(X, id, name, 2, VK_MM_ES_##bt, blob, fam, t, bt, w, wgm, wgn, tm, tn_, bk)
+
+#define VK_MM_LIST(Y, X)                                                                                         \
+    VK_MM_T(Y, X, MUL_MAT_F32, "mul_mat_f32_f32", 4, 4, F32, F32)                                                \
+    VK_MM_T(Y, X, MUL_MAT_F16, "mul_mat_f16_f32", 2, 4, F16, F32)                                                \
+    VK_MM_T(Y, X, MUL_MAT_Q8_0, "mul_mat_q8_0_f32", 2, 4, Q8_0, F32)                                             \
+    VK_MM_T(Y, X, MUL_MAT_Q4_0, "mul_mat_q4_0_f32", 2, 4, Q4_0, F32)                                             \
+    VK_MM_T(Y, X, MUL_MAT_BF16, "mul_mat_bf16_f32", 2, 4, BF16, F32)                                             \
+    VK_MM_T(Y, X, MUL_MAT_F16_F16, "mul_mat_f16_f16", 2, 2, F16, F16)                                            \
+    VK_MM_VECF_SET(Y, X, F32, "f32", 4)                                                                          \
+    VK_MM_VECF_SET(Y, X, F16, "f16", 2)                                                                          \
+    VK_MM_VECQ_SET(Y, X, Q8_0, "q8_0")                                                                           \
+    VK_MM_VECQ_SET(Y, X, Q4_0, "q4_0")                                                                           \
+    VK_MM_V(Y, X, BF16, "bf16", 2, , 128, 4, 2, 2, 0)                                                            \
+    VK_MM_V(Y, X, BF16, "bf16", 2, _w128s1r2, 128, 1, 2, 2, 0)                                                   \
+    Y(X, MUL_MAT_VEC_F16_F16, "mul_mat_vec_f16_f16", 2, 2, "mul_mat_vec_f16_f16", VEC, F16, F16, 128, 4, 2, 2, 0, 0) \
+    VK_MM_N(Y, X, MUL_MAT_VECN_F32, "f32", "f32", 4, 4, F32, F32)                                                \
+    VK_MM_N(Y, X, MUL_MAT_VECN_F16, "f16", "f32", 2, 4, F16, F32)                                                \
+    VK_MM_N(Y, X, MUL_MAT_VECN_Q8_0, "q8_0", "f32", 2, 4, Q8_0, F32)                                             \
+    VK_MM_N(Y, X, MUL_MAT_VECN_Q4_0, "q4_0", "f32", 2, 4, Q4_0, F32)                                             \
+    VK_MM_N(Y, X, MUL_MAT_VECN_BF16, "bf16", "f32", 2, 4, BF16, F32)                                             \
+    VK_MM_N(Y, X, MUL_MAT_VECN_F16_F16, "f16", "f16", 2, 2, F16, F16)                                            \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16, "mul_mat_cm_f16_f32", "mul_mat_cm_f16_f32", CM, F16, F32, 256, 2, 4, 4, 2, 32)  \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_128X128K16, "mul_mat_cm_f16_f32_128x128k16", "mul_mat_cm_f16_f32", CM, F16, F32, \
+            256, 2, 4, 4, 2, 16)                                                                                 \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_128X128W4, "mul_mat_cm_f16_f32_128x128w4", "mul_mat_cm_f16_f32", CM, F16, F32,   \
+            128, 2, 2, 4, 4, 32)                                                                                 \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_128X256K16, "mul_mat_cm_f16_f32_128x256k16", "mul_mat_cm_f16_f32", CM, F16, F32, \
+            256, 2, 4, 4, 4, 16)                                                                                 \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_256X128K16, "mul_mat_cm_f16_f32_256x128k16", "mul_mat_cm_f16_f32", CM, F16, F32, \
+            256, 4, 2, 4, 4, 16)                                                                                 \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_64X64, "mul_mat_cm_f16_f32_64x64", "mul_mat_cm_f16_f32", CM, F16, F32, 128, 2, 2, \
+            2, 2, 32)                                                                                            \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q8_0, "mul_mat_cm_q8_0_f32", "mul_mat_cm_q8_0_f32", CM, Q8_0, F32, 256, 2, 4, 4, 2,  \
+            32)                                                                                                  \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q8_0_128X128K16, "mul_mat_cm_q8_0_f32_128x128k16", "mul_mat_cm_q8_0_f32", CM, Q8_0,  \
+            F32, 256, 2, 4, 4, 2, 16)                                                                            \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q4_0, "mul_mat_cm_q4_0_f32", "mul_mat_cm_q4_0_f32", CM, Q4_0, F32, 256, 2, 4, 4, 2,  \
+            32)                                                                                                  \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q4_0_128X128K16, "mul_mat_cm_q4_0_f32_128x128k16", "mul_mat_cm_q4_0_f32", CM, Q4_0,  \
+            F32, 256, 2, 4, 4, 2, 16)                                                                            \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_F16, "mul_mat_cm_f16_f16", "mul_mat_cm_f16_f16", CM, F16, F16, 256, 2, 4, 4, 2,  \
+            32)                                                                                                  \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_F16_128X128K16, "mul_mat_cm_f16_f16_128x128k16", "mul_mat_cm_f16_f16", CM, F16,  \
+            F16, 256, 2, 4, 4, 2, 16)                                                                            \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_F16_64X64, "mul_mat_cm_f16_f16_64x64", "mul_mat_cm_f16_f16", CM, F16, F16, 128,  \
+            2, 2, 2, 2, 32)                                                                                      \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_F16, "mul_mat_cmemu_f16_f32", "mul_mat_cmemu_f16_f32", CMEMU, F16, F32, 128, 2, 2, \
+            2, 2, 32)                                                                                            \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_32X64K16, "mul_mat_cmemu_f16_f32_32x64k16", "mul_mat_cmemu_f16_f32", CMEMU,   \
+            F16, F32, 64, 1, 2, 2, 2, 16)                                                                        \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_Q8_0, "mul_mat_cmemu_q8_0_f32", "mul_mat_cmemu_q8_0_f32", CMEMU, Q8_0, F32, 128,   \
+            2, 2, 2, 2, 32)                                                                                      \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_Q4_0, "mul_mat_cmemu_q4_0_f32", "mul_mat_cmemu_q4_0_f32", CMEMU, Q4_0, F32, 128,   \
+            2, 2, 2, 2, 32)                                                                                      \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_F16, "mul_mat_cmemu_f16_f16", "mul_mat_cmemu_f16_f16", CMEMU, F16, F16, 128,   \
+            2, 2, 2, 2, 32)
+
+#define VK_MM_AS_KERNEL(X, id, name, e0, e1, blob, fam, t, bt, s0, s1, s2, s3, s4, s5) X(id, name, e0, e1, 0, 4)
+#define VK_KERNELS_MM(X) VK_MM_LIST(VK_MM_AS_KERNEL, X)
+
+/* What the pipeline builder needs of a mul_mat kernel. */
+typedef struct vk_mm_info {
+    const char *blob;   /* the embedded SPIR-V it is built from */
+    int family;         /* VK_MM_* */
+    int type;           /* weight type (tsl_type) */
+    int btype;          /* activation type: F32, or F16 with F16 weights */
+    uint32_t spec[6];   /* specialization constants 0..5 (unused ones 0) */
+} vk_mm_info;
+
+/* The entry of kernel id, or NULL when id is not a mul_mat kernel. */
+const vk_mm_info *vk_mm_info_of(int id);
+/* A kernel whose SPIR-V a build may lack (the compiler had no cooperative
+ * matrices): missing means "not on this build", never chosen, rather than
+ * a build failure. */
+bool vk_mm_optional(int id);
 
 #endif /* TSL_VK_KERNELS_MM_H */

@@ -1,52 +1,248 @@
 /*
- * vk_ops_mm.c - mul_mat on the Vulkan backend: which kernel serves a node
- * (mat-vec for one column, tiled otherwise) and its push constants and grid.
+ * vk_ops_mm.c - mul_mat on the Vulkan backend: which kernel serves a node,
+ * and its push constants and grid.
  *
- * Split from vk_ops.c so the matrix kernels (the ones that decide the speed
- * of a model) can grow variants (cooperative matrices, wider mat-vec) with
- * their list in vk_kernels_mm.h and kernels_mm.cmake, without touching the
- * element-wise ops. The rules match the CPU backend's mul_mat: a [K, M]
- * times b [K, N] -> [M, N], batches of b broadcast over a's.
+ * The choice, by the node's shape and the device:
+ *   N == 1         mat-vec (mul_mat_vec_*): decode, bound by the weights'
+ *                  bytes
+ *   N = 2..8       the same kernel carrying 8 columns (mul_mat_vecn_*):
+ *                  each weight read once for every column
+ *   N > 8, F16     cooperative matrices (mul_mat_cm_*) where the device
+ *                  multiplies 16x16x16 F16 tiles into F32 with 32-wide
+ *                  subgroups and the tile fits its shared memory: 64x64
+ *                  tiles up to 64 columns, 128x128 above. Activations are
+ *                  rounded to F16 on the way (as ggml's F16 paths do):
+ *                  results within 2^-11 * sum |a b| of exact
+ *   N >= 32, Q8_0 / Q4_0   the same, the weights dequantized to F16 as the
+ *                  tiles are staged (one more F16 rounding)
+ *   otherwise      the tiled kernel (mul_mat_*), which runs anywhere
+ * Activations are F32, or F16 with F16 weights (the *_f16_f16 kernels).
+ * each followed by the tiled kernel, taken when the device cannot run the
+ * first (no subgroup arithmetic, no cooperative matrices, or a build whose
+ * compiler could not make them: vk_pipeline.c marks those not runnable).
+ *
+ * Layout is not part of the choice (supports_op may ask before tensors have
+ * addresses): every kernel reads any strides, and the launch tells it, in
+ * flags, where 16-byte loads and stores line up with the actual bindings.
+ *
+ * Tuning. The variants of vk_kernels_mm.h differ in specialization
+ * constants only. TSL_VK_MM_VARIANT=name[,name...] makes the first named
+ * kernel of a node's weight type that node's only candidate: the node then
+ * runs on that kernel or, when it does not apply (a mat-vec kernel for 9
+ * columns, cooperative matrices on a device without them), has no Vulkan
+ * kernel at all, so a forced run can never silently measure another
+ * kernel. Names of other weight types leave a node alone. The benchmark in
+ * tests/vulkan/test_vk_mulmat.c (--bench) sweeps every variant this way.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "vulkan/vk.h"
 
-bool vk_mm_kernel(int kernel) {
-    switch (kernel) {
-#define VK_MM_CASE(id, name, e0, e1, e2, e3) case VK_K_##id:
-        VK_KERNELS_MM(VK_MM_CASE)
-#undef VK_MM_CASE
+static const vk_mm_info vk_mm_infos[VK_K_COUNT] = {
+#define VK_MM_INFO(X, id, name, e0, e1, blob_, fam, t, bt, s0, s1, s2, s3, s4, s5)                       \
+    [VK_K_##id] = {.blob = blob_, .family = VK_MM_##fam, .type = TSL_TYPE_##t, .btype = TSL_TYPE_##bt,        \
+                   .spec = {s0, s1, s2, s3, s4, s5}},
+    VK_MM_LIST(VK_MM_INFO, 0)
+#undef VK_MM_INFO
+};
+
+const vk_mm_info *vk_mm_info_of(int id) {
+    if (id < 0 || id >= VK_K_COUNT || !vk_mm_infos[id].blob) return NULL;
+    return &vk_mm_infos[id];
+}
+
+bool vk_mm_kernel(int kernel) { return vk_mm_info_of(kernel) != NULL; }
+
+bool vk_mm_optional(int id) {
+    const vk_mm_info *v = vk_mm_info_of(id);
+    return v && v->family == VK_MM_CM;
+}
+
+/* ---- what a variant needs of the device and the node ------------------------- */
+
+enum {
+    VK_MM_NC = 8, /* columns of the VECN kernels */
+    /* block-format weights go to the matrix units from this many columns:
+     * dequantizing a 128-row tile per K step pays only over enough columns
+     * (and fewer stay on the tiled kernel: F32 arithmetic, no F16 rounding) */
+    VK_MM_CM_MIN_N_QUANT = 32,
+};
+
+static bool vk_mm_quant(int type) { return type == TSL_TYPE_Q8_0 || type == TSL_TYPE_Q4_0; }
+
+/* Shared memory a variant declares, bytes. */
+static uint32_t vk_mm_shared(const vk_mm_info *v) {
+    const uint32_t *s = v->spec;
+    switch (v->family) {
+    case VK_MM_VEC: return 4u * s[0] * s[2];
+    case VK_MM_VECN: return 4u * s[0] * s[2] * VK_MM_NC;
+    case VK_MM_CM:
+    case VK_MM_CMEMU: {
+        uint32_t bm = s[1] * s[3] * 16u, bn = s[2] * s[4] * 16u, sk = s[5] / 8u + 1u;
+        return 16u * 2u * (bm + bn) * sk + 4u * s[1] * s[2] * 256u;
+    }
+    default: return 2u * 32u * 65u * 4u; /* mul_mat.comp's two staged tiles */
+    }
+}
+
+static bool vk_mm_has_f16_shape(const vk_device *d) {
+    for (int i = 0; i < d->f.n_coopmat; i++) {
+        const vk_coopmat_shape *s = &d->f.coopmat[i];
+        if (s->m == 16 && s->n == 16 && s->k == 16 && s->a == VK_COMPONENT_TYPE_FLOAT16_KHR &&
+            s->b == VK_COMPONENT_TYPE_FLOAT16_KHR && s->c == VK_COMPONENT_TYPE_FLOAT32_KHR)
+            return true;
+    }
+    return false;
+}
+
+/* Tile sizes of a cooperative-matrix variant. */
+static void vk_mm_cm_tile(const vk_mm_info *v, uint32_t *bm, uint32_t *bn) {
+    *bm = v->spec[1] * v->spec[3] * 16u;
+    *bn = v->spec[2] * v->spec[4] * 16u;
+}
+
+/* Can kernel id compute node n on d (shape, limits, device features)?
+ * Capabilities the SPIR-V declares are checked apart (vk_kernel_for). */
+static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
+    const vk_mm_info *v = vk_mm_info_of(id);
+    const tsl_tensor *a = n->src[0], *b = n->src[1];
+    const VkPhysicalDeviceLimits *lim = &d->props.limits;
+    if (!v || v->type != (int)a->type || v->btype != (int)b->type) return false;
+    if (vk_mm_shared(v) > lim->maxComputeSharedMemorySize) return false;
+    if (v->family == VK_MM_TILED) return true;
+    const uint32_t w = v->spec[0];
+    if (w == 0 || w > lim->maxComputeWorkGroupInvocations || w > lim->maxComputeWorkGroupSize[0]) return false;
+    const int64_t N = b->ne[1], M = a->ne[1];
+    switch (v->family) {
+    case VK_MM_VEC:
+    case VK_MM_VECN: {
+        if (v->family == VK_MM_VEC ? N != 1 : N > VK_MM_NC) return false;
+        uint32_t s = v->spec[1], r = v->spec[2], q = v->spec[3];
+        if (s == 0 || r == 0 || w % s != 0) return false;
+        uint32_t t = w / s;
+        if (r * (v->family == VK_MM_VECN ? VK_MM_NC : 1u) > t) return false; /* one lane writes each result */
+        if (vk_mm_quant(v->type)) {
+            uint32_t qw = v->type == TSL_TYPE_Q8_0 ? 16u : 8u; /* quant words per block */
+            if (q == 0 || qw % q != 0 || t % (qw / q) != 0) return false;
+        }
         return true;
+    }
+    case VK_MM_CM:
+        if (!d->f.cooperative_matrix || !vk_mm_has_f16_shape(d) || d->f.subgroup_size != 32) return false;
+        /* fall through */
+    case VK_MM_CMEMU: {
+        uint32_t bm, bn;
+        vk_mm_cm_tile(v, &bm, &bn);
+        if (w != 32u * v->spec[1] * v->spec[2] || v->spec[5] % 16u != 0 || v->spec[5] == 0) return false;
+        return (uint64_t)(M + bm - 1) / bm <= lim->maxComputeWorkGroupCount[0] &&
+               (uint64_t)(N + bn - 1) / bn <= lim->maxComputeWorkGroupCount[1];
+    }
     default: return false;
     }
 }
 
-static bool vk_mm_is_vec(int kernel) {
-    return kernel == VK_K_MUL_MAT_VEC_F32 || kernel == VK_K_MUL_MAT_VEC_F16 || kernel == VK_K_MUL_MAT_VEC_Q8_0 ||
-           kernel == VK_K_MUL_MAT_VEC_Q4_0;
+/* The kernel TSL_VK_MM_VARIANT names for weight type t and activation
+ * type bt, or -1. */
+static int vk_mm_forced(int t, int bt) {
+    const char *s = getenv("TSL_VK_MM_VARIANT");
+    if (!s || !*s) return -1;
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        for (int id = 0; id < VK_K_COUNT; id++) {
+            const vk_mm_info *v = vk_mm_info_of(id);
+            const char *name = vk_kernel_descs[id].name;
+            if (v && v->type == t && v->btype == bt && strlen(name) == len && strncmp(name, s, len) == 0) return id;
+        }
+        s += len;
+        if (*s == ',') s++;
+    }
+    return -1;
 }
 
 int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CAND]) {
     const tsl_tensor *a = n->src[0], *b = n->src[1];
-    if (!b || !vk_table_type(a->type) || !vk_is_f32(b) || !vk_is_f32(n) || n->nb[0] != sizeof(float)) return 0;
+    const int t = a->type;
+    if (t != TSL_TYPE_F32 && t != TSL_TYPE_F16 && t != TSL_TYPE_BF16 && t != TSL_TYPE_Q8_0 && t != TSL_TYPE_Q4_0)
+        return 0;
+    if (!b || !vk_is_f32(n) || n->nb[0] != sizeof(float)) return 0;
+    const int bt = b->type; /* activations: F32, or F16 with F16 weights (as on the CPU) */
+    if (bt != TSL_TYPE_F32 && !(bt == TSL_TYPE_F16 && t == TSL_TYPE_F16)) return 0;
     if (a->nb[0] != tsl_type_block_size(a->type) || a->ne[0] != b->ne[0]) return 0;
     if (tsl_type_is_quantized(a->type) && a->ne[0] % tsl_type_block_len(a->type) != 0) return 0;
     if (a->ne[2] <= 0 || a->ne[3] <= 0 || b->ne[2] % a->ne[2] != 0 || b->ne[3] % a->ne[3] != 0) return 0;
     if (n->ne[0] != a->ne[1] || n->ne[1] != b->ne[1] || n->ne[2] != b->ne[2] || n->ne[3] != b->ne[3]) return 0;
     if ((uint64_t)b->ne[2] * (uint64_t)b->ne[3] > d->props.limits.maxComputeWorkGroupCount[2]) return 0;
-    int tiled = a->type == TSL_TYPE_F32 ? VK_K_MUL_MAT_F32 : a->type == TSL_TYPE_F16 ? VK_K_MUL_MAT_F16
-              : a->type == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_Q8_0 : VK_K_MUL_MAT_Q4_0;
-    int vec = a->type == TSL_TYPE_F32 ? VK_K_MUL_MAT_VEC_F32 : a->type == TSL_TYPE_F16 ? VK_K_MUL_MAT_VEC_F16
-            : a->type == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_VEC_Q8_0 : VK_K_MUL_MAT_VEC_Q4_0;
+
+    int forced = vk_mm_forced(t, bt);
+    if (forced >= 0) {
+        if (!vk_mm_applies(d, forced, n)) return 0;
+        cand[0] = forced;
+        return 1;
+    }
+
+    /* per weight (and activation) type: tiled, mat-vec, small-N */
+    static const int fam[][3] = {
+        {VK_K_MUL_MAT_F32, VK_K_MUL_MAT_VEC_F32, VK_K_MUL_MAT_VECN_F32},
+        {VK_K_MUL_MAT_F16, VK_K_MUL_MAT_VEC_F16, VK_K_MUL_MAT_VECN_F16},
+        {VK_K_MUL_MAT_BF16, VK_K_MUL_MAT_VEC_BF16, VK_K_MUL_MAT_VECN_BF16},
+        {VK_K_MUL_MAT_Q8_0, VK_K_MUL_MAT_VEC_Q8_0, VK_K_MUL_MAT_VECN_Q8_0},
+        {VK_K_MUL_MAT_Q4_0, VK_K_MUL_MAT_VEC_Q4_0, VK_K_MUL_MAT_VECN_Q4_0},
+        {VK_K_MUL_MAT_F16_F16, VK_K_MUL_MAT_VEC_F16_F16, VK_K_MUL_MAT_VECN_F16_F16},
+    };
+    const int *f = fam[bt == TSL_TYPE_F16        ? 5
+                       : t == TSL_TYPE_F32  ? 0
+                       : t == TSL_TYPE_F16  ? 1
+                       : t == TSL_TYPE_BF16 ? 2
+                       : t == TSL_TYPE_Q8_0 ? 3
+                                            : 4];
+    const int tiled = f[0], vec = f[1], vecn = f[2];
+    const int64_t N = b->ne[1];
     int k = 0;
-    if (b->ne[1] == 1) cand[k++] = vec;
+    if (N == 1 && vk_mm_applies(d, vec, n)) {
+        cand[k++] = vec;
+    } else if (N <= VK_MM_NC && vk_mm_applies(d, vecn, n)) {
+        cand[k++] = vecn;
+    } else if (t == TSL_TYPE_F16 || ((t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0) && N >= VK_MM_CM_MIN_N_QUANT)) {
+        /* the first tile in order of preference the device can run: 64x64
+         * for few columns, else 128x128, BK 16 where 32 does not fit */
+        static const int pref[][3] = {
+            {VK_K_MUL_MAT_CM_F16_64X64, VK_K_MUL_MAT_CM_F16_128X128K16, -1},
+            {VK_K_MUL_MAT_CM_F16, VK_K_MUL_MAT_CM_F16_128X128K16, VK_K_MUL_MAT_CM_F16_64X64},
+            {VK_K_MUL_MAT_CM_Q8_0, VK_K_MUL_MAT_CM_Q8_0_128X128K16, -1},
+            {VK_K_MUL_MAT_CM_Q4_0, VK_K_MUL_MAT_CM_Q4_0_128X128K16, -1},
+            {VK_K_MUL_MAT_CM_F16_F16_64X64, VK_K_MUL_MAT_CM_F16_F16_128X128K16, -1},
+            {VK_K_MUL_MAT_CM_F16_F16, VK_K_MUL_MAT_CM_F16_F16_128X128K16, VK_K_MUL_MAT_CM_F16_F16_64X64},
+        };
+        const int *p = pref[t == TSL_TYPE_F16 ? (bt == TSL_TYPE_F16 ? 4 : 0) + (N <= 64 ? 0 : 1)
+                                              : t == TSL_TYPE_Q8_0 ? 2 : 3];
+        for (int i = 0; i < 3 && p[i] >= 0; i++)
+            if (vk_mm_applies(d, p[i], n) && d->k[p[i]].runnable) {
+                cand[k++] = p[i];
+                break;
+            }
+    }
     cand[k++] = tiled;
     return k;
 }
 
+/* ---- launch --------------------------------------------------------------------- */
+
+enum { VK_MM_A_WIDE = 1, VK_MM_B_WIDE = 2, VK_MM_D_WIDE = 4 };
+
+/* Does binding b of t (read as es-byte elements) start 16-byte aligned, with
+ * the tensor and its strides from dimension `from` on in whole units of
+ * `unit` elements? */
+static bool vk_mm_aligned(const vk_bind *bd, const tsl_tensor *t, int es, int from, uint32_t unit) {
+    if (bd->off % 16 != 0 || bd->eoff % unit != 0) return false;
+    for (int i = from; i < TSL_MAX_DIMS; i++)
+        if ((t->nb[i] / (size_t)es) % unit != 0) return false;
+    return true;
+}
+
 uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]) {
     const tsl_tensor *n = x->node, *a = n->src[0], *b = n->src[1];
+    const vk_mm_info *v = vk_mm_info_of(x->kernel);
     const uint8_t *es = vk_kernel_descs[x->kernel].esize;
     uint32_t *p = pc;
     memset(pc, 0, VK_PC_WORDS * sizeof *pc);
@@ -55,7 +251,7 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     *p++ = vk_u32(N);
     *p++ = vk_u32(K);
     p = vk_put_strides(p, a, es[0], 1);
-    p = vk_put_strides(p, b, 4, 0);
+    p = vk_put_strides(p, b, es[1], 0);
     p = vk_put_strides(p, n, 4, 1);
     *p++ = vk_u32(b->ne[2] / a->ne[2]);
     *p++ = vk_u32(b->ne[3] / a->ne[3]);
@@ -63,12 +259,38 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     *p++ = x->b[0].eoff;
     *p++ = x->b[1].eoff;
     *p++ = x->b[3].eoff;
+    uint32_t flags = 0;
+    if (!tsl_type_is_quantized(a->type)) {
+        uint32_t unit = 16u / es[0];
+        if (K % unit == 0 && vk_mm_aligned(&x->b[0], a, es[0], 1, unit)) flags |= VK_MM_A_WIDE;
+    }
+    /* activations: the kernels read 4 at a time (8 F16 ones when staging
+     * them for the matrix units) */
+    uint32_t bunit = es[1] == 2 && v && (v->family == VK_MM_CM || v->family == VK_MM_CMEMU) ? 8u : 4u;
+    if (b->nb[0] == es[1] && vk_mm_aligned(&x->b[1], b, es[1], 1, bunit)) flags |= VK_MM_B_WIDE;
+    if (vk_mm_aligned(&x->b[3], n, 4, 1, 4)) flags |= VK_MM_D_WIDE;
+    *p++ = flags;
+
     uint64_t batches = (uint64_t)b->ne[2] * (uint64_t)b->ne[3];
-    if (vk_mm_is_vec(x->kernel)) {
-        vk_grid(d, ((uint64_t)M + 1) / 2, grid); /* MV_ROWS = 2 */
-    } else {
+    switch (v ? v->family : VK_MM_TILED) {
+    case VK_MM_VEC:
+    case VK_MM_VECN: {
+        uint64_t rows = (uint64_t)v->spec[1] * v->spec[2]; /* teams x rows per team */
+        vk_grid(d, ((uint64_t)M + rows - 1) / rows, grid);
+        break;
+    }
+    case VK_MM_CM:
+    case VK_MM_CMEMU: {
+        uint32_t bm, bn;
+        vk_mm_cm_tile(v, &bm, &bn);
+        grid[0] = (uint32_t)(((uint64_t)M + bm - 1) / bm);
+        grid[1] = (uint32_t)(((uint64_t)N + bn - 1) / bn);
+        break;
+    }
+    default:
         grid[0] = (uint32_t)((M + 63) / 64);
         grid[1] = (uint32_t)((N + 63) / 64);
+        break;
     }
     grid[2] = (uint32_t)batches;
     return (uint32_t)((p - pc) * sizeof *pc);

@@ -15,7 +15,17 @@
  * Before anything is built, each kernel's SPIR-V is read for the
  * capabilities it declares (16-bit storage, float64, subgroup arithmetic,
  * ...). A kernel needing one the device lacks is never chosen: that is a
- * missing kernel for this device, not a failure.
+ * missing kernel for this device, not a failure. So is an optional kernel
+ * whose SPIR-V this build does not have (cooperative-matrix kernels need a
+ * newer GLSL compiler than the build may have found), whereas any other
+ * missing SPIR-V is chosen and fails to build, naming itself.
+ *
+ * The mul_mat kernels (vk_kernels_mm.h) may share one SPIR-V and differ in
+ * specialization constants (workgroup size, rows per workgroup, tile
+ * shape): the constants are given at pipeline creation, so each variant is
+ * compiled by the driver with its sizes known, loops unrolled and arrays
+ * in registers. They read the subgroup size at run time rather than
+ * requiring one (the device is created without subgroup-size control).
  *
  * Builds are serialized by one lock per device (two backends on one device
  * never build the same kernel twice); the READY state is published with a
@@ -37,6 +47,12 @@ const vk_shader_blob *vk_shader_find(const char *name) {
     for (size_t i = 0; i < vk_shader_blob_count; i++)
         if (strcmp(vk_shader_blobs[i].name, name) == 0) return &vk_shader_blobs[i];
     return NULL;
+}
+
+/* The embedded SPIR-V kernel id is built from (shared by variants). */
+static const vk_shader_blob *vk_kernel_blob(int id) {
+    const vk_mm_info *mm = vk_mm_info_of(id);
+    return vk_shader_find(mm ? mm->blob : vk_kernel_descs[id].name);
 }
 
 /* ---- SPIR-V ------------------------------------------------------------------ */
@@ -118,9 +134,9 @@ tsl_status vk_pipeline_init(vk_device *d, tsl_error *err) {
         memset(k, 0, sizeof *k);
         atomic_init(&k->state, VK_KS_UNBUILT);
         snprintf(k->entry, sizeof k->entry, "main");
-        const vk_shader_blob *blob = vk_shader_find(vk_kernel_descs[i].name);
+        const vk_shader_blob *blob = vk_kernel_blob(i);
         if (blob) vk_kernel_scan(d, k, blob->code, blob->size);
-        else k->runnable = true; /* chosen, then fails to build, naming the missing SPIR-V */
+        else k->runnable = !vk_mm_optional(i); /* else chosen, then fails to build, naming the missing SPIR-V */
     }
     return TSL_SUCCESS;
 }
@@ -173,7 +189,7 @@ static void vk_kernel_build(vk_device *d, int id) {
     const uint32_t *code = k->spv_override;
     size_t size = k->spv_override_size;
     if (!code) {
-        const vk_shader_blob *blob = vk_shader_find(name);
+        const vk_shader_blob *blob = vk_kernel_blob(id);
         if (!blob) {
             vk_kernel_fail(d, k, name, VK_SUCCESS, "no SPIR-V for this kernel in this build");
             return;
@@ -186,12 +202,24 @@ static void vk_kernel_build(vk_device *d, int id) {
     VkShaderModuleCreateInfo smi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = size, .pCode = code};
     VkResult r = vkCreateShaderModule(d->dev, &smi, NULL, &k->module);
     if (r == VK_SUCCESS) {
+        /* specialization constants 0..5 of a mul_mat variant (0: the
+         * shader's own default) */
+        const vk_mm_info *mm = vk_mm_info_of(id);
+        VkSpecializationMapEntry me[6];
+        uint32_t nme = 0;
+        for (uint32_t i = 0; mm && i < 6; i++)
+            if (mm->spec[i]) me[nme++] = (VkSpecializationMapEntry){.constantID = i, .offset = i * 4u, .size = 4};
+        VkSpecializationInfo si = {.mapEntryCount = nme,
+                                   .pMapEntries = me,
+                                   .dataSize = mm ? sizeof mm->spec : 0,
+                                   .pData = mm ? mm->spec : NULL};
         VkComputePipelineCreateInfo ci = {
             .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                       .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                       .module = k->module,
-                      .pName = k->entry},
+                      .pName = k->entry,
+                      .pSpecializationInfo = nme ? &si : NULL},
             .layout = d->layout,
         };
         r = vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipe);
@@ -258,7 +286,7 @@ tsl_status vk_kernel_override(vk_device *d, int id, const uint32_t *spv, size_t 
     if (copy) {
         vk_kernel_scan(d, k, copy, size);
     } else {
-        const vk_shader_blob *blob = vk_shader_find(vk_kernel_descs[id].name);
+        const vk_shader_blob *blob = vk_kernel_blob(id);
         if (blob) vk_kernel_scan(d, k, blob->code, blob->size);
     }
     atomic_store_explicit(&k->state, VK_KS_UNBUILT, memory_order_release);
@@ -293,7 +321,10 @@ void vk_pipeline_reset_failed(vk_device *d) {
 }
 
 const uint32_t *vk_test_kernel_spirv(const char *name, size_t *size) {
-    const vk_shader_blob *b = name ? vk_shader_find(name) : NULL;
+    const vk_shader_blob *b = NULL;
+    for (int i = 0; name && i < VK_K_COUNT && !b; i++)
+        if (strcmp(vk_kernel_descs[i].name, name) == 0) b = vk_kernel_blob(i);
+    if (!b && name) b = vk_shader_find(name);
     if (size) *size = b ? b->size : 0;
     return b ? b->code : NULL;
 }

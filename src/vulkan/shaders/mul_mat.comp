@@ -1,7 +1,8 @@
 #version 450
 /*
  * mul_mat.comp - tiled matrix product d[m, n] = sum_k a[k, m] b[k, n] for
- * weights of any dtype.glsl type and F32 activations of any strides.
+ * weights of any dtype.glsl type and F32 activations of any strides (F16
+ * ones with B_F16).
  *
  * A workgroup of 256 invocations owns a 64 x 64 tile of d and walks K in
  * steps of 32 (one block of the block types): each step stages 64 weight rows
@@ -31,7 +32,11 @@ layout(push_constant) uniform P {
     uint oa, ob, od;
 } pc;
 
+#if defined(B_F16)
+layout(binding = 1) readonly buffer Bv { float16_t b[]; }; /* F16 activations, with F16 weights */
+#else
 layout(binding = 1) readonly buffer Bv { float b[]; };
+#endif
 layout(binding = 3) writeonly buffer D { float d[]; };
 
 shared float As[BK][BM + 1u];
@@ -70,7 +75,7 @@ void main() {
 #endif
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
             uint k = k0 + lk + j;
-            Bs[lk + j][lr] = (k < pc.K && bcol_ok) ? b[bcol + k * pc.sb0] : 0.0;
+            Bs[lk + j][lr] = (k < pc.K && bcol_ok) ? float(b[bcol + k * pc.sb0]) : 0.0;
         }
         barrier();
         for (uint k = 0u; k < BK; k++) {
