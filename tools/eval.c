@@ -25,7 +25,8 @@ static void eval_usage(FILE *f) {
                "  --out FILE       raw little-endian float32 logits, [n_tokens][n_vocab]\n"
                "  --batch N        tokens per graph (default: all at once)\n"
                "  --kv-type T      f16 (default) or f32\n"
-               "  --backend B      cpu | vulkan | auto (default auto)\n"
+               "  --backend B      cpu | vulkan | auto (default auto: the first Vulkan GPU, else the CPU)\n"
+               "  --device N       the Vulkan device (default: TSL_VULKAN_DEVICE or the first GPU)\n"
                "  --threads T      CPU threads (default: online cores)\n");
 }
 
@@ -63,7 +64,7 @@ static int32_t eval_parse_ids(const char *s, int32_t **out) {
 
 int cmd_eval(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *text = NULL, *out = NULL, *backend = "auto";
-    long long batch = 0, threads = 0;
+    long long batch = 0, threads = 0, device = -1;
     bool ids_only = false;
     tsl_type kv_type = TSL_TYPE_F16;
     for (int i = 1; i < argc; i++) {
@@ -91,6 +92,12 @@ int cmd_eval(int argc, char **argv) {
         } else if (!strcmp(a, "--batch")) {
             if (!cli_int(v, 1, 1 << 20, &batch)) {
                 fprintf(stderr, "tensile eval: --batch wants a positive number, got '%s'\n", v);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--device")) {
+            if (!cli_int(v, 0, 1 << 20, &device)) {
+                fprintf(stderr, "tensile eval: --device wants a device index >= 0, got '%s'\n", v);
                 return 2;
             }
             i++;
@@ -161,7 +168,7 @@ int cmd_eval(int argc, char **argv) {
             goto done;
         }
     }
-    be = cli_backend("eval", backend, (int)threads, &code);
+    be = cli_backend_dev("eval", backend, (int)device, (int)threads, &code);
     if (!be) {
         rc = code;
         goto done;

@@ -6,6 +6,12 @@
  * or Llama-3-8B-shaped file in seconds, with a valid byte-level BPE
  * vocabulary so `tensile run` and `tensile eval --text` work on it. The
  * output is the same for the same options and seed.
+ *
+ * Tensor data is aligned to 256 bytes by default (general.alignment), the
+ * placement alignment of Vulkan buffers: a GPU context can then hold the
+ * weights in the file's own layout and restore them from the mapping after
+ * a device loss without a host copy (src/model/weights.c). --align 32 gives
+ * the layout most llama.cpp files have.
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +25,7 @@ static void gen_usage(FILE *f) {
     fprintf(f,
             "usage: tensile gen-model --shape NAME --type f32|f16|q8_0|q4_0 -o FILE\n"
             "                         [--arch llama|qwen2|qwen3] [--seed S] [--layers N] [--threads T]\n"
+            "                         [--align A]\n"
             "  Writes a random-weight GGUF model of a real model's shape, with a synthetic\n"
             "  byte-level BPE vocabulary.\n"
             "  --shape NAME   %s\n"
@@ -26,14 +33,15 @@ static void gen_usage(FILE *f) {
             "  --type T       type of the weight matrices (norms are f32)\n"
             "  --seed S       weights and vocabulary seed (default 1)\n"
             "  --layers N     override the shape's layer count\n"
-            "  --threads T    threads generating weights (default: online cores)\n",
+            "  --threads T    threads generating weights (default: online cores)\n"
+            "  --align A      alignment of the tensor data, a power of two >= 32 (default 256)\n",
             synth_shape_names());
 }
 
 int cmd_gen_model(int argc, char **argv) {
     const char *shape = NULL, *out = NULL, *arch = NULL, *type = NULL;
     unsigned long long seed = 1;
-    long long layers = 0, threads = 0;
+    long long layers = 0, threads = 0, align = 256;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const bool has = i + 1 < argc;
@@ -56,6 +64,12 @@ int cmd_gen_model(int argc, char **argv) {
         } else if (!strcmp(a, "--layers") && has) {
             if (!cli_int(argv[++i], 1, 4096, &layers)) {
                 fprintf(stderr, "tensile gen-model: --layers wants 1..4096, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--align") && has) {
+            if (!cli_int(argv[++i], 32, 1 << 20, &align) || (align & (align - 1))) {
+                fprintf(stderr, "tensile gen-model: --align wants a power of two in 32..1048576, got '%s'\n",
+                        argv[i]);
                 return 2;
             }
         } else if (!strcmp(a, "--threads") && has) {
@@ -100,6 +114,7 @@ int cmd_gen_model(int argc, char **argv) {
     if (layers) p.shape.n_layer = (int32_t)layers;
     p.seed = seed;
     p.n_threads = (int)threads;
+    p.alignment = (uint32_t)align;
 
     double t0 = cli_now();
     tsl_error err;

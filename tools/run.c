@@ -27,7 +27,7 @@
 
 typedef struct run_opts {
     const char *model, *prompt, *backend;
-    long long n_predict, threads, n_ctx, n_batch;
+    long long n_predict, threads, n_ctx, n_batch, device;
     tsl_sampler_params sp;
     tsl_type kv_type;
     bool json, quiet, ignore_eos;
@@ -43,7 +43,8 @@ static void run_usage(FILE *f) {
                "  --min-p M             drop tokens below M x the best one's probability (default 0.05)\n"
                "  --repeat-penalty R    penalize recent tokens (default 1 = off)\n"
                "  --repeat-last-n N     window of the penalty (default 64)\n"
-               "  --backend B           cpu | vulkan | auto (default auto)\n"
+               "  --backend B           cpu | vulkan | auto (default auto: the first Vulkan GPU, else the CPU)\n"
+               "  --device N            the Vulkan device (see tensile doctor; default: TSL_VULKAN_DEVICE or the first GPU)\n"
                "  --threads T           CPU threads (default: online cores)\n"
                "  --ctx N               context positions (default: the model's, at most 4096)\n"
                "  --batch N             prompt tokens per graph (default 512)\n"
@@ -102,6 +103,7 @@ static void run_text_flush(run_text *t, bool final) {
 static int run_parse(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->backend = "auto";
+    o->device = -1;
     o->n_predict = 128;
     o->sp = tsl_sampler_default_params();
     o->kv_type = TSL_TYPE_F16;
@@ -166,6 +168,9 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--repeat-last-n")) {
             if (!cli_int(v, 0, 1 << 20, &n)) BAD("a number >= 0");
             o->sp.repeat_last_n = (int32_t)n;
+            i++;
+        } else if (!strcmp(a, "--device")) {
+            if (!cli_int(v, 0, 1 << 20, &o->device)) BAD("a device index >= 0");
             i++;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             if (!cli_int(v, 1, 1024, &o->threads)) BAD("1..1024");
@@ -242,11 +247,14 @@ int cmd_run(int argc, char **argv) {
     if (rc >= 0) return rc;
 
     int code = 0;
-    tsl_backend *be = cli_backend("run", o.backend, (int)o.threads, &code);
+    tsl_backend *be = cli_backend_dev("run", o.backend, (int)o.device, (int)o.threads, &code);
     if (!be) return code;
     tsl_error err;
     tsl_model_params mp = tsl_model_default_params();
     mp.progress = !o.quiet && !o.json;
+    /* a GPU reads the weights once, uploading them; paging them in first
+     * would only read the file twice */
+    mp.prefetch = tsl_backend_cpu_threads(be) > 0;
     tsl_model *m = tsl_model_load(o.model, &mp, &err);
     tsl_llm_ctx *c = NULL;
     tsl_sampler *smp = NULL;

@@ -260,10 +260,30 @@ tsl_status tsl_gguf_writer_write(const tsl_gguf_writer *w, const char *path, tsl
  * are read by the key names llama.cpp writes ("{arch}.embedding_length",
  * ...); tensors by its names ("blk.N.attn_q.weight", ...).
  *
- * Memory: weights stay in the file's read-only mapping (zero-copy on the
- * CPU); a context owns its KV cache and one activation buffer that the graph
- * allocator sizes to the largest batch seen; nothing else grows with the
- * model.
+ * Memory: on the CPU the weights stay in the file's read-only mapping
+ * (zero-copy). A context on a GPU (a backend whose memory the host cannot
+ * address: Vulkan) reads them from a copy in that device's memory, which
+ * the model makes when the first context on the device is created
+ * (uploading once, with a progress bar like loading's) and shares with
+ * every later context on the same device, whichever backend object they
+ * use; it lives until tsl_model_free. The copy is laid out as the file
+ * where the file's tensor offsets allow (multiples of the device's buffer
+ * alignment: `tensile gen-model` writes such files), so recovery after a
+ * device loss restores it from the mapping by itself; otherwise the next
+ * decode uploads it again. Either way no second host copy of the weights
+ * is kept, and the pages of the mapping the upload read are released. A
+ * context owns its KV cache (on its backend), a small buffer for the
+ * graph inputs, and the activation memory the graph allocator sizes to the
+ * largest graph seen; attention spans the positions in use rounded up to
+ * 256, so that memory grows once per 256 tokens, never per token.
+ *
+ * Devices: a context on a GPU runs each graph through the scheduler
+ * (backend.h) over its backend and a CPU backend of its own (n_threads
+ * threads): an op or type the device lacks, or whose kernel failed to
+ * build, runs on the CPU and the decode goes on (a kernel found broken by
+ * a compute is moved and the graph planned again at once). Inputs go in
+ * with one tsl_tensor_set per batch and the logits come back with one
+ * tsl_tensor_get, whatever the backend.
  *
  * Failure behaviour follows the rest of the library: a call that can fail
  * returns NULL or a tsl_status and fills the caller's tsl_error (which may be
@@ -293,8 +313,9 @@ const char *tsl_llm_arch_name(tsl_llm_arch a);
 typedef struct tsl_model_params {
     bool prefetch; /* read every weight page in before returning, so the first tokens do not pay
                       for page faults (default true) */
-    bool progress; /* draw a progress bar on stderr while prefetching, only when stderr is a
-                      terminal (default true; false for --quiet) */
+    bool progress; /* draw a progress bar on stderr while prefetching, and while the weights are
+                      uploaded to a device, only when stderr is a terminal (default true; false
+                      for --quiet) */
 } tsl_model_params;
 
 tsl_model_params tsl_model_default_params(void);
@@ -310,8 +331,9 @@ tsl_model_params tsl_model_default_params(void);
  *   model 'm.gguf': architecture 'gpt2' is not supported (llama, qwen2, qwen3)
  * The model keeps the file mapped until tsl_model_free. */
 tsl_model *tsl_model_load(const char *path, const tsl_model_params *p, tsl_error *err);
-/* Free the model and unmap its file. Every context made from it must be freed
- * first. NULL is a no-op. */
+/* Free the model, its device copies of the weights, and unmap its file.
+ * Every context made from it must be freed first (the backends they used
+ * may be freed before or after). NULL is a no-op. */
 void tsl_model_free(tsl_model *m);
 
 /* What a loaded model is (all fields read-only, valid until tsl_model_free). */
@@ -369,8 +391,11 @@ typedef struct tsl_llm_params {
     int32_t n_ctx;        /* positions in the KV cache; 0: the model's context length, at most 4096 */
     int32_t n_batch;      /* tokens per graph; a longer decode is split; 0: 512 */
     tsl_backend *backend; /* borrowed, outlives the context; NULL: the context makes
-                                    and owns a CPU backend with n_threads threads */
-    int32_t n_threads;    /* for that CPU backend; <= 0: one per online core */
+                                    and owns a CPU backend with n_threads threads. A
+                                    Vulkan backend puts the cache and activations in
+                                    device memory and reads the model's device copy */
+    int32_t n_threads;    /* for that CPU backend, or the CPU fallback of a GPU context;
+                             <= 0: one per online core */
     tsl_type kv_type;     /* TSL_TYPE_F16 (default) or TSL_TYPE_F32 */
     bool logits_all;      /* keep the logits of every token of a decode call, not just the last */
     int32_t retry_attempts; /* attempts per compute for RETRY outcomes (tsl_graph_compute_retry,
@@ -380,10 +405,13 @@ typedef struct tsl_llm_params {
 tsl_llm_params tsl_llm_default_params(void);
 
 /* A context on model m: its KV cache (allocated on the backend, n_layer x
- * n_ctx x n_head_kv x (head_dim + head_dim_v) elements of kv_type) and its
- * token history. Returns NULL with err filled when a parameter is out of
- * range, the backend cannot be made, or the cache cannot be allocated
- * (TSL_ALLOC_FAILED). */
+ * n_ctx x n_head_kv x (head_dim + head_dim_v) elements of kv_type, zeroed)
+ * and its token history. On a GPU backend the first context on that device
+ * also makes the model's device copy of the weights (see above); later
+ * ones share it. Returns NULL with err filled when a parameter is out of
+ * range, the backend cannot be made, the backend's memory is neither host
+ * memory nor a Vulkan device's (FAILED), or the cache or the weights cannot
+ * be allocated (TSL_ALLOC_FAILED, naming the size). */
 tsl_llm_ctx *tsl_llm_ctx_new(tsl_model *m, const tsl_llm_params *p, tsl_error *err);
 /* Free the context, its cache, and its backend if it made one. NULL is a no-op. */
 void tsl_llm_ctx_free(tsl_llm_ctx *c);
@@ -391,7 +419,8 @@ void tsl_llm_ctx_free(tsl_llm_ctx *c);
 /* Run n tokens through the model at the next n positions (after the ones
  * already decoded), in batches of n_batch, writing their keys and values to
  * the cache and keeping the logits (of the last token, or of every token with
- * logits_all). Returns TSL_SUCCESS or the first failure, with err filled:
+ * logits_all). RETRY outcomes are retried by the context's policy
+ * (retry_attempts). Returns TSL_SUCCESS or the first failure, with err filled:
  * FAILED for bad arguments (n < 1, a token id out of range, the cache full:
  * the message says how many positions are left) or a graph that cannot run;
  * otherwise the compute's own status. A failed call changes nothing the
@@ -399,8 +428,11 @@ void tsl_llm_ctx_free(tsl_llm_ctx *c);
  * position rolls back to where the call started), the history keeps only the
  * tokens decoded before it, and the previous logits are gone (tsl_llm_logits
  * gives NULL). After RETRY or ABORTED the same call can simply be made again.
- * After DEVICE_LOST the cache is known lost: recover the backend, and the
- * next decode (or tsl_llm_rebuild) first re-runs the token history. */
+ * After DEVICE_LOST the cache is known lost: recover the backend
+ * (tsl_backend_recover on it or any backend of the same device), and the
+ * next decode first uploads again any weights recovery could not restore
+ * itself, then re-runs the token history (as tsl_llm_rebuild does), and the
+ * result is the one a fault-free run gives. */
 tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_error *err);
 
 /* Logits (n_vocab floats) of token i of the last successful decode call: -1

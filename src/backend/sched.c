@@ -8,11 +8,13 @@
  *     for a kernel that failed to build, so a broken kernel moves its op
  *     elsewhere from the next compute on). Among those, the backend whose
  *     buffer holds the node's weight (src[0], a leaf in a backend buffer)
- *     wins, so weights are not copied every compute. Nodes that run no
- *     kernel (views) go where their source's memory is, and a node that
- *     writes into memory it does not own (CPY into a cache: its result is a
- *     view of the destination) may only go to a backend that can use that
- *     memory. The last backend is the fallback: a node no backend takes goes
+ *     wins, so weights are not copied every compute. Memory belongs to the
+ *     device, not to the backend that allocated it: a buffer of another
+ *     backend on the same device counts as the scheduler's backend there.
+ *     Nodes that run no kernel (views) go where their source's memory is,
+ *     and a node that writes into memory it does not own (CPY into a cache:
+ *     its result is a view of the destination) may only go to a backend
+ *     that can use that memory. The last backend is the fallback: a node no backend takes goes
  *     there and that backend reports what it lacks.
  *  2. Split. Consecutive nodes of the same backend form a split.
  *  3. Shadow. The caller's tensors are not touched while planning: every node
@@ -139,9 +141,15 @@ static bool sched_is_host(const tsl_sched *s, int b) { return s->be[b]->vt->buff
 /* The allocator group of a backend: host backends share one. */
 static int sched_group(const tsl_sched *s, int b) { return sched_is_host(s, b) ? s->host0 : b; }
 
+/* The scheduler's backend that can use memory of be's buffers: be itself,
+ * or else one on the same device (backends on one device share its memory,
+ * so a model's weights, allocated once through a backend of its own, are
+ * read in place by every context's backend there). -1 if none. */
 static int sched_backend_index(const tsl_sched *s, const tsl_backend *be) {
     for (int i = 0; i < s->n_be; i++)
         if (s->be[i] == be) return i;
+    for (int i = 0; i < s->n_be; i++)
+        if (be->dev && s->be[i]->dev == be->dev && s->be[i]->vt == be->vt) return i;
     return -1;
 }
 

@@ -19,11 +19,22 @@
  * keys and values are copied into the cache first; the graph's order makes
  * that happen before the reads: the copy nodes are the first outputs handed
  * to tsl_graph_build, layer by layer, so each layer's copies come before
- * anything that depends on that layer's attention. Grouped-query attention
+ * anything that depends on that layer's attention. Attention spans n_kv
+ * positions, which the context pads past the last token (to a multiple of
+ * 256): a decoded token then changes only the mask's contents, not the
+ * graph's shapes, so the memory a graph needs grows once per 256 positions
+ * rather than with every token. Grouped-query attention
  * costs nothing extra: mul_mat broadcasts the n_head_kv cache heads over
  * the n_head query heads (query head h uses cache head h / (n_head /
  * n_head_kv), as llama's repeat_kv does). The causal mask is an input
  * [n_kv, n] of 0 and -inf filled by the context from the positions.
+ *
+ * A single token (decode) on a device whose copy of the weights holds a
+ * layer's Q, K and V matrices back to back, or its gate and up matrices,
+ * reads each pair or triple as one matrix (llm_layer's wqkv, ffn_gate_up):
+ * one mat-vec and views of its output instead of two or three mat-vecs, so
+ * three fewer kernels and barriers per layer where each costs the GPU
+ * microseconds. Each output row is the same dot product either way.
  *
  * Only the rows whose logits are wanted go through the last layer's
  * feed-forward and the output projection: for a prompt that is one token
@@ -59,6 +70,16 @@ static tsl_tensor *arch_linear(tsl_context *ctx, tsl_tensor *w, tsl_tensor *b, t
     return t;
 }
 
+/* Rows [r0, r0 + nr) of a fused projection's single-token output (+ b),
+ * as the separate projection would have given them. */
+static tsl_tensor *arch_part(tsl_context *ctx, tsl_tensor *y, int64_t r0, int64_t nr, tsl_tensor *b, const char *name,
+                             int il) {
+    tsl_tensor *t = y ? tsl_view_2d(ctx, y, nr, 1, y->nb[1], (size_t)r0 * y->nb[0]) : NULL;
+    t = tsl_tensor_format_name(t, "blk.%d.%s", il, name);
+    if (b) t = tsl_tensor_format_name(tsl_add(ctx, t, b), "blk.%d.%s+bias", il, name);
+    return t;
+}
+
 static tsl_rope_params arch_rope_params(const llm_hparams *hp) {
     tsl_rope_params rp = tsl_rope_default(hp->n_rot);
     rp.mode = hp->rope_mode;
@@ -74,10 +95,14 @@ static tsl_rope_params arch_rope_params(const llm_hparams *hp) {
     return rp;
 }
 
-bool arch_build(const tsl_model *m, const llm_kv *kv, tsl_context *ctx, int32_t n, int32_t pos0, bool all_logits,
-                arch_graph *out) {
+bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_context *ctx, int32_t n,
+                int32_t pos0, int32_t n_kv, bool all_logits, arch_graph *out) {
     const llm_hparams *hp = &m->hp;
-    const int32_t n_kv = pos0 + n;
+    if (n < 1 || pos0 < 0 || n_kv < pos0 + n || n_kv > kv->n_ctx) {
+        tsl_ctx_fail(ctx, "arch_build: %d tokens at position %d do not fit an attention span of %d (cache %d)",
+                     (int)n, (int)pos0, (int)n_kv, (int)kv->n_ctx);
+        return false;
+    }
     const int32_t n_out = all_logits ? n : 1;
     const int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
     const float kq_scale = 1.0f / sqrtf((float)hd);
@@ -98,22 +123,32 @@ bool arch_build(const tsl_model *m, const llm_kv *kv, tsl_context *ctx, int32_t 
     tsl_tensor **outs = ctx_arena_alloc(ctx, (size_t)n_outputs * sizeof *outs, 0);
     if (!outs) return false;
 
-    tsl_tensor *x = tsl_tensor_set_name(tsl_get_rows(ctx, m->tok_embd, out->tokens), "inp_embd");
+    tsl_tensor *x = tsl_tensor_set_name(tsl_get_rows(ctx, w->tok_embd, out->tokens), "inp_embd");
     for (int il = 0; il < hp->n_layer; il++) {
-        const llm_layer *L = &m->layers[il];
+        const llm_layer *L = &w->layers[il];
         const bool last = il == hp->n_layer - 1;
         tsl_tensor *res = x;
         tsl_tensor *cur = arch_norm(ctx, x, L->attn_norm, hp->rms_eps, "attn_norm", il);
 
-        tsl_tensor *q = arch_linear(ctx, L->wq, L->bq, cur, "attn_q", il);
-        tsl_tensor *k = arch_linear(ctx, L->wk, L->bk, cur, "attn_k", il);
-        tsl_tensor *v = arch_linear(ctx, L->wv, L->bv, cur, "attn_v", il);
+        tsl_tensor *q, *k, *v;
+        if (n == 1 && L->wqkv) {
+            /* one product for the three projections (see llm_layer) */
+            tsl_tensor *qkv = tsl_tensor_format_name(tsl_mul_mat(ctx, L->wqkv, cur), "blk.%d.attn_qkv", il);
+            const int64_t nq = L->wq->ne[1], nk = L->wk->ne[1], nv = L->wv->ne[1];
+            q = arch_part(ctx, qkv, 0, nq, L->bq, "attn_q", il);
+            k = arch_part(ctx, qkv, nq, nk, L->bk, "attn_k", il);
+            v = arch_part(ctx, qkv, nq + nk, nv, L->bv, "attn_v", il);
+        } else {
+            q = arch_linear(ctx, L->wq, L->bq, cur, "attn_q", il);
+            k = arch_linear(ctx, L->wk, L->bk, cur, "attn_k", il);
+            v = arch_linear(ctx, L->wv, L->bv, cur, "attn_v", il);
+        }
         q = tsl_reshape_3d(ctx, q, hd, hp->n_head, n);
         k = tsl_reshape_3d(ctx, k, hd, hp->n_head_kv, n);
         if (L->q_norm) q = arch_norm(ctx, q, L->q_norm, hp->rms_eps, "attn_q_norm", il);
         if (L->k_norm) k = arch_norm(ctx, k, L->k_norm, hp->rms_eps, "attn_k_norm", il);
-        q = tsl_tensor_format_name(tsl_rope(ctx, q, out->pos, m->rope_freqs, &rp), "blk.%d.rope_q", il);
-        k = tsl_tensor_format_name(tsl_rope(ctx, k, out->pos, m->rope_freqs, &rp), "blk.%d.rope_k", il);
+        q = tsl_tensor_format_name(tsl_rope(ctx, q, out->pos, w->rope_freqs, &rp), "blk.%d.rope_q", il);
+        k = tsl_tensor_format_name(tsl_rope(ctx, k, out->pos, w->rope_freqs, &rp), "blk.%d.rope_k", il);
 
         tsl_tensor *cpy_k = NULL, *cpy_v = NULL;
         if (!kv_store(ctx, kv, il, pos0, tsl_reshape_2d(ctx, k, hd * hp->n_head_kv, n), v, &cpy_k, &cpy_v))
@@ -144,17 +179,44 @@ bool arch_build(const tsl_model *m, const llm_kv *kv, tsl_context *ctx, int32_t 
 
         res = x;
         cur = arch_norm(ctx, x, L->ffn_norm, hp->rms_eps, "ffn_norm", il);
-        tsl_tensor *g = arch_linear(ctx, L->ffn_gate, NULL, cur, "ffn_gate", il);
-        tsl_tensor *u = arch_linear(ctx, L->ffn_up, NULL, cur, "ffn_up", il);
+        tsl_tensor *g, *u;
+        if (n == 1 && L->ffn_gate_up) {
+            tsl_tensor *gu = tsl_tensor_format_name(tsl_mul_mat(ctx, L->ffn_gate_up, cur), "blk.%d.ffn_gate_up", il);
+            g = arch_part(ctx, gu, 0, L->ffn_gate->ne[1], NULL, "ffn_gate", il);
+            u = arch_part(ctx, gu, L->ffn_gate->ne[1], L->ffn_up->ne[1], NULL, "ffn_up", il);
+        } else {
+            g = arch_linear(ctx, L->ffn_gate, NULL, cur, "ffn_gate", il);
+            u = arch_linear(ctx, L->ffn_up, NULL, cur, "ffn_up", il);
+        }
         cur = tsl_tensor_format_name(tsl_swiglu(ctx, g, u), "blk.%d.ffn_swiglu", il);
         cur = arch_linear(ctx, L->ffn_down, NULL, cur, "ffn_down", il);
         x = tsl_tensor_format_name(tsl_add(ctx, cur, res), "blk.%d.ffn_residual", il);
         if (tsl_ctx_error(ctx)) return false;
     }
-    x = arch_norm(ctx, x, m->output_norm, hp->rms_eps, "output_norm", -1);
-    out->logits = tsl_tensor_set_name(tsl_mul_mat(ctx, m->output, x), "output");
+    x = arch_norm(ctx, x, w->output_norm, hp->rms_eps, "output_norm", -1);
+    out->logits = tsl_tensor_set_name(tsl_mul_mat(ctx, w->output, x), "output");
     if (!out->logits) return false;
     outs[n_outputs - 1] = out->logits;
+    out->store = outs;
+    out->pos0 = pos0;
     out->g = tsl_graph_build(ctx, outs, n_outputs);
     return out->g != NULL;
+}
+
+void arch_move(const llm_kv *kv, arch_graph *ag, int32_t pos0) {
+    for (int il = 0; il < kv->n_layer; il++) kv_store_move(kv, il, pos0, ag->store[2 * il], ag->store[2 * il + 1]);
+    ag->pos0 = pos0;
+    /* The activations still hold the addresses the last compute gave them,
+     * in an allocator's buffer that may have been replaced since (a longer
+     * batch in between): forget them, so they are placed again as in a new
+     * graph. What lives elsewhere (weights, the cache and its views, the
+     * inputs) keeps its place. */
+    const tsl_graph *g = ag->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        tsl_tensor *t = g->nodes[i];
+        const tsl_tensor *root = t->view_src ? t->view_src : t;
+        if (root->op == TSL_OP_NONE) continue;
+        t->data = NULL;
+        t->buffer = NULL;
+    }
 }

@@ -127,3 +127,48 @@ bool kv_store(tsl_context *ctx, const llm_kv *kv, int il, int32_t pos0, tsl_tens
     *cpy_v = tsl_tensor_format_name(tsl_cpy(ctx, tsl_transpose(ctx, v), vdst), "cache_v_l%d (store)", il);
     return *cpy_k && *cpy_v;
 }
+
+/* The destination of a cache write and the write's own result are views
+ * of the layer's cache at the first position's offset: move both (the data
+ * address follows the offset, as tsl_view_* and tsl_cpy set it). */
+static void kv_view_move(tsl_tensor *cpy, size_t offs) {
+    tsl_tensor *dst = cpy->src[1];
+    const tsl_tensor *root = dst->view_src;
+    dst->view_offs = offs;
+    dst->data = root->data ? (char *)root->data + offs : NULL;
+    cpy->view_offs = offs;
+    cpy->data = dst->data;
+}
+
+void kv_store_move(const llm_kv *kv, int il, int32_t pos0, tsl_tensor *cpy_k, tsl_tensor *cpy_v) {
+    /* the offsets kv_store gives its views, for pos0 */
+    kv_view_move(cpy_k, (size_t)pos0 * kv->k[il]->nb[1]);
+    kv_view_move(cpy_v, (size_t)pos0 * tsl_type_block_size(kv->type));
+}
+
+/* Positions a graph attends to but never wrote are masked out, yet they are
+ * still multiplied (by a weight of exactly 0): fresh device memory may hold
+ * NaN patterns, and 0 * NaN is NaN. So the cache starts as zeros; a
+ * recovery hands it back zeroed too. */
+tsl_status kv_zero(llm_kv *kv, tsl_error *err) {
+    const size_t chunk = (size_t)4 << 20;
+    size_t biggest = 0;
+    for (int il = 0; il < kv->n_layer; il++) {
+        size_t a = tsl_nbytes(kv->k[il]), b = tsl_nbytes(kv->v[il]);
+        if (a > biggest) biggest = a;
+        if (b > biggest) biggest = b;
+    }
+    const size_t zn = biggest < chunk ? biggest : chunk;
+    void *zeros = calloc(1, zn ? zn : 1);
+    if (!zeros) return error_set(err, TSL_ALLOC_FAILED, "", "", -1, NULL, NULL, "kv cache: out of memory");
+    tsl_status s = TSL_SUCCESS;
+    for (int il = 0; il < kv->n_layer && s == TSL_SUCCESS; il++)
+        for (int j = 0; j < 2 && s == TSL_SUCCESS; j++) {
+            tsl_tensor *t = j ? kv->v[il] : kv->k[il];
+            const size_t n = tsl_nbytes(t);
+            for (size_t off = 0; off < n && s == TSL_SUCCESS; off += zn)
+                s = tsl_tensor_set(t, zeros, off, n - off < zn ? n - off : zn, err);
+        }
+    free(zeros);
+    return s;
+}

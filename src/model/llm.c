@@ -10,18 +10,29 @@
  * bad file fails at load with one message naming the tensor, the shape found
  * and the shape expected, instead of as a mysterious compute failure later.
  *
- * Weights are never copied: tsl_gguf_load_tensors gives tensors whose data
- * point into the read-only mapping, and the CPU reads them there. Resident
- * memory is then the file's pages (shared with the page cache), the KV
- * cache, and one activation buffer the graph allocator sizes to the largest
- * batch. Loading reads every page once in order (after MADV_WILLNEED) so
- * the first token does not pay for thousands of page faults, and so a
- * progress bar has something true to show.
+ * On the CPU weights are never copied: tsl_gguf_load_tensors gives tensors
+ * whose data point into the read-only mapping, and the CPU reads them there.
+ * Resident memory is then the file's pages (shared with the page cache), the
+ * KV cache, and one activation buffer the graph allocator sizes to the
+ * largest batch. Loading reads every page once in order (after
+ * MADV_WILLNEED) so the first token does not pay for thousands of page
+ * faults, and so a progress bar has something true to show. A GPU reads a
+ * copy in its own memory, one per model and device (weights.c).
  *
- * Decoding builds a fresh graph per batch in a small metadata context (a
- * graph depends on the batch's positions and length; building one costs
- * microseconds next to computing it), places it with the context's graph
- * allocator, fills the inputs (tokens, positions, causal mask) and computes.
+ * Decoding builds a graph per batch in a small metadata context (a graph
+ * depends on the batch's positions and length); a single token's graph is
+ * kept and moved to the next position (only where it writes the cache
+ * changes) as long as its shape holds. The graph's inputs (tokens,
+ * positions, causal mask) live in a buffer the context keeps on its backend
+ * and go up in one copy; the graph is computed on the CPU through the
+ * context's graph allocator, on a device through the scheduler, which
+ * splits it between the device and a CPU fallback (nothing splits when the
+ * device has every kernel) and places activations in device memory.
+ * Attention spans the positions in use rounded up to LLM_KV_PAD, so the
+ * graph's shapes, and the memory placed for it, stay the same for
+ * LLM_KV_PAD tokens at a time: decode neither rebuilds nor reallocates per
+ * token.
+ *
  * A decode call is all or nothing for the caller: on any failure the
  * position rolls back to where the call started, so the cache entries the
  * failed batch may have written are simply not counted (the mask hides
@@ -247,21 +258,21 @@ static bool llm_find_tensors(llm_loader *L) {
     const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
     const int64_t Q = (int64_t)hp->n_head * hp->head_dim, K = (int64_t)hp->n_head_kv * hp->head_dim;
     const int64_t VV = (int64_t)hp->n_head_kv * hp->head_dim_v, O = (int64_t)hp->n_head * hp->head_dim_v;
-    if (!llm_tensor(L, &m->tok_embd, "token_embd.weight", true, E, V, "n_embd, n_vocab") ||
-        !llm_tensor(L, &m->output_norm, "output_norm.weight", true, E, 0, "n_embd") ||
-        !llm_tensor(L, &m->output, "output.weight", false, E, V, "n_embd, n_vocab") ||
-        !llm_tensor(L, &m->rope_freqs, "rope_freqs.weight", false, hp->n_rot / 2, 0, "rope.dimension_count / 2"))
+    if (!llm_tensor(L, &m->w.tok_embd, "token_embd.weight", true, E, V, "n_embd, n_vocab") ||
+        !llm_tensor(L, &m->w.output_norm, "output_norm.weight", true, E, 0, "n_embd") ||
+        !llm_tensor(L, &m->w.output, "output.weight", false, E, V, "n_embd, n_vocab") ||
+        !llm_tensor(L, &m->w.rope_freqs, "rope_freqs.weight", false, hp->n_rot / 2, 0, "rope.dimension_count / 2"))
         return false;
-    if (!m->output) m->output = m->tok_embd; /* tied embeddings */
+    if (!m->w.output) m->w.output = m->w.tok_embd; /* tied embeddings */
 
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return llm_fail(L, TSL_ALLOC_FAILED, "out of memory");
+    m->w.layers = calloc((size_t)hp->n_layer, sizeof *m->w.layers);
+    if (!m->w.layers) return llm_fail(L, TSL_ALLOC_FAILED, "out of memory");
     const bool qwen2 = hp->arch == TSL_ARCH_QWEN2, qwen3 = hp->arch == TSL_ARCH_QWEN3;
     char n[TSL_MAX_NAME];
 #define LLM_T(field, suffix, req, a, b, what)                                                                \
     (snprintf(n, sizeof n, "blk.%d." suffix, il), llm_tensor(L, &ly->field, n, req, a, b, what))
     for (int il = 0; il < hp->n_layer; il++) {
-        llm_layer *ly = &m->layers[il];
+        llm_layer *ly = &m->w.layers[il];
         if (!LLM_T(attn_norm, "attn_norm.weight", true, E, 0, "n_embd") ||
             !LLM_T(wq, "attn_q.weight", true, E, Q, "n_embd, n_head * head_dim") ||
             !LLM_T(wk, "attn_k.weight", true, E, K, "n_embd, n_head_kv * head_dim") ||
@@ -407,19 +418,19 @@ static bool llm_load_tokenizer(llm_loader *L) {
 
 /* ---- prefetch and progress ---------------------------------------------------------- */
 
-static double llm_now(void) {
+double llm_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void llm_progress_draw(const char *name, size_t done, size_t total) {
+void llm_progress_draw(const char *verb, const char *name, size_t done, size_t total) {
     const int W = 30;
     int fill = total ? (int)((double)done / (double)total * W) : W;
     char bar[32];
     for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : ' ';
     bar[W] = 0;
-    fprintf(stderr, "\rloading %s [%s] %3d%% %.2f/%.2f GB", name, bar, total ? (int)(100.0 * done / total) : 100,
+    fprintf(stderr, "\r%s %s [%s] %3d%% %.2f/%.2f GB", verb, name, bar, total ? (int)(100.0 * done / total) : 100,
             done / 1e9, total / 1e9);
     fflush(stderr);
 }
@@ -453,7 +464,7 @@ static void llm_prefetch(tsl_model *m, bool bar) {
         if (bar) {
             double t = llm_now();
             if (t - last > 0.05 || end == total) {
-                llm_progress_draw(name, end, total);
+                llm_progress_draw("loading", name, end, total);
                 last = t;
             }
         }
@@ -487,7 +498,7 @@ static void llm_fill_info(tsl_model *m) {
     in->rope_scaling = hp->rope_scaling == LLM_ROPE_SCALING_YARN     ? "yarn"
                        : hp->rope_scaling == LLM_ROPE_SCALING_LINEAR ? "linear"
                                                                      : "none";
-    in->tied_output = m->output == m->tok_embd;
+    in->tied_output = m->w.output == m->w.tok_embd;
     in->file_bytes = tsl_gguf_file_size(m->gguf);
     uint64_t by_type[TSL_TYPE_COUNT] = {0};
     for (int64_t i = 0; i < tsl_gguf_tensor_count(m->gguf); i++) {
@@ -501,7 +512,7 @@ static void llm_fill_info(tsl_model *m) {
         if (by_type[t] > by_type[best]) best = t;
     in->weight_type = (tsl_type)best;
     in->decode_bytes = in->weight_bytes;
-    if (!in->tied_output) in->decode_bytes -= tsl_nbytes(m->tok_embd);
+    if (!in->tied_output) in->decode_bytes -= tsl_nbytes(m->w.tok_embd);
 }
 
 tsl_model *tsl_model_load(const char *path, const tsl_model_params *params, tsl_error *err) {
@@ -518,6 +529,8 @@ tsl_model *tsl_model_load(const char *path, const tsl_model_params *params, tsl_
         return NULL;
     }
     L.m = m;
+    pthread_mutex_init(&m->dev_mu, NULL);
+    m->progress = p.progress;
     snprintf(m->path, sizeof m->path, "%s", path);
     m->gguf = tsl_gguf_open(path, err);
     if (!m->gguf) goto fail; /* err names the field and offset */
@@ -588,8 +601,10 @@ fail:
 
 void tsl_model_free(tsl_model *m) {
     if (!m) return;
+    llm_devw_free_all(m); /* before the mapping their recovery source points into */
+    pthread_mutex_destroy(&m->dev_mu);
     tok_free(m->tok);
-    free(m->layers);
+    free(m->w.layers);
     tsl_ctx_free(m->wctx);
     tsl_gguf_close(m->gguf);
     free(m);
@@ -628,12 +643,28 @@ bool tsl_llm_token_is_eog(const tsl_model *m, int32_t id) {
 
 /* ---- contexts ---------------------------------------------------------------------------- */
 
+/* Attention spans the positions in use rounded up to this (see arch.c): the
+ * graph's shapes, and so the memory it needs, change once per this many
+ * decoded tokens, not with each. The extra positions cost a little attention
+ * work next to reading the weights. */
+#define LLM_KV_PAD 256
+
 struct tsl_llm_ctx {
     tsl_model *m;
-    tsl_backend *be;
+    tsl_backend *be;      /* computes the graphs: the caller's, or our own CPU backend */
     bool own_be;
+    bool host;            /* be's buffers are host memory: weights read from the mapping */
+    tsl_backend *cpu;     /* on a device: where what the device cannot run goes (ours) */
+    tsl_sched *sched;     /* on a device: splits each graph over [be, cpu] */
+    const llm_weights *w; /* the model's weights, or its copy on be's device */
+    llm_devw *devw;       /* that copy (NULL on the host) */
     llm_kv *kv;
-    tsl_gallocr *ga;
+    tsl_gallocr *ga;      /* on the host: activations */
+    tsl_buffer *inbuf;    /* the graph inputs (tokens, positions, mask) in be's memory (llm_inputs_reserve) */
+    tsl_context *in_ctx;  /* in_blob's metadata */
+    tsl_tensor *in_blob;  /* I8 over all of inbuf: the inputs go up in one copy */
+    unsigned char *in_host; /* their bytes, assembled before the copy */
+    size_t in_size, in_align;
     tsl_llm_params p;
     tsl_retry_policy retry;
     int32_t n_past;
@@ -641,10 +672,21 @@ struct tsl_llm_ctx {
     float *logits;    /* n_logits x n_vocab */
     size_t logits_cap; /* floats */
     int32_t n_logits;
-    float *mask;      /* host staging for the mask input */
-    size_t mask_cap;  /* floats */
-    int32_t *pos;     /* host staging for the positions, n_batch entries */
     bool need_rebuild; /* the cache was lost (DEVICE_LOST): re-run the history first */
+    /* [n > 1]: the last graph of this kind (single-token decode, or a
+     * batch; they use different kernels) ran wholly on the device, so the
+     * next one does not ask the device about each weight-reading node
+     * (llm_host_weights); a kernel failure clears it */
+    bool dev_only[2];
+    size_t graph_mem; /* metadata bytes to give the next graph's context (0: the bound) */
+    /* the last single-token graph, kept for the next token (llm_run_batch) */
+    tsl_context *dg_ctx;
+    arch_graph dg;
+    bool dg_all;
+    uint64_t dg_in_gen;  /* in_gen when its inputs were placed */
+    int dg_host_weights; /* its weight reads pointed at the mapping (llm_host_weights) */
+    uint64_t in_gen;     /* bumped each time inbuf is allocated */
+    llm_timings tm;
 };
 
 tsl_llm_params tsl_llm_default_params(void) {
@@ -655,6 +697,56 @@ tsl_llm_params tsl_llm_default_params(void) {
                             .kv_type = TSL_TYPE_F16,
                             .logits_all = false,
                             .retry_attempts = 0};
+}
+
+static size_t llm_round(size_t v, size_t a) { return a > 1 ? (v + a - 1) / a * a : v; }
+
+/* Positions the graph of a batch ending at position end (exclusive) attends. */
+static int32_t llm_n_kv(const tsl_llm_ctx *c, int32_t end) {
+    int64_t k = (int64_t)llm_round((size_t)end, LLM_KV_PAD);
+    return k < c->p.n_ctx ? (int32_t)k : c->p.n_ctx;
+}
+
+/* The inputs of a batch of n tokens attending n_kv positions, in inbuf:
+ * tokens at 0, positions at *pos_off, the mask at *mask_off. */
+static size_t llm_input_layout(const tsl_llm_ctx *c, int32_t n, int32_t n_kv, size_t *pos_off, size_t *mask_off) {
+    const size_t a = llm_round((size_t)n * sizeof(int32_t), c->in_align);
+    *pos_off = a;
+    *mask_off = 2 * a;
+    return 2 * a + (size_t)n_kv * (size_t)n * sizeof(float);
+}
+
+/* Room for `need` bytes of graph inputs: the buffer on the backend, the
+ * tensor spanning it (one copy fills all the inputs of a batch) and the
+ * host bytes they are assembled in. Grows by half again when too small, so
+ * it is reallocated a handful of times in a context's life (the first
+ * prompt, then a longer attention span in a batch), never per token, and
+ * stays the size of the batches actually run rather than of the largest
+ * possible one (n_batch tokens over n_ctx positions). */
+static tsl_status llm_inputs_reserve(tsl_llm_ctx *c, size_t need, tsl_error *err) {
+    if (need <= c->in_size) return TSL_SUCCESS;
+    size_t size = c->in_size + c->in_size / 2;
+    if (size < need) size = need;
+    size = llm_round(size, 4096);
+    tsl_buffer_free(c->inbuf);
+    tsl_ctx_free(c->in_ctx);
+    c->inbuf = NULL;
+    c->in_ctx = NULL;
+    c->in_blob = NULL;
+    c->in_size = 0;
+    unsigned char *h = realloc(c->in_host, size);
+    if (!h) return error_set(err, TSL_ALLOC_FAILED, "", "", -1, NULL, NULL, "llm context: out of memory");
+    c->in_host = h;
+    c->inbuf = tsl_buffer_alloc(c->be, size, err);
+    if (!c->inbuf) return err ? err->status : TSL_ALLOC_FAILED;
+    c->in_ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 4 * (sizeof(tsl_tensor) + 64), .no_alloc = true});
+    if (c->in_ctx) c->in_blob = tsl_new_tensor_1d(c->in_ctx, TSL_TYPE_I8, (int64_t)size);
+    if (!c->in_blob) return error_set(err, TSL_ALLOC_FAILED, "", "", -1, NULL, NULL, "llm context: out of memory");
+    tsl_tensor_set_name(c->in_blob, "inp (all)");
+    c->in_gen++; /* inputs placed in the old buffer are gone */
+    tsl_status s = tsl_buffer_place(c->inbuf, c->in_blob, 0, err);
+    if (s == TSL_SUCCESS) c->in_size = size;
+    return s;
 }
 
 tsl_llm_ctx *tsl_llm_ctx_new(tsl_model *m, const tsl_llm_params *params, tsl_error *err) {
@@ -701,10 +793,28 @@ tsl_llm_ctx *tsl_llm_ctx_new(tsl_model *m, const tsl_llm_params *params, tsl_err
     }
     c->kv = kv_new(&m->hp, p.n_ctx, p.kv_type, c->be, err);
     if (!c->kv) goto fail;
-    c->ga = tsl_gallocr_new(c->be);
+    /* a backend whose buffers the host can address reads the weights where
+     * the file is mapped; any other needs them in its own memory */
+    c->host = tsl_buffer_host_ptr(c->kv->buf) != NULL && !tsl_backend_is_vulkan(c->be);
+    c->w = llm_weights_for(m, c->be, c->host, &c->devw, err);
+    c->in_align = tsl_backend_alignment(c->be) ? tsl_backend_alignment(c->be) : 64;
+    if (!c->w || kv_zero(c->kv, err) != TSL_SUCCESS) goto fail;
+    if (c->host) {
+        c->ga = tsl_gallocr_new(c->be);
+    } else {
+        /* The device runs what it can; the rest (an op or type it lacks, a
+         * kernel that failed to build) goes to the CPU and the run goes on.
+         * Fault-injection rules from TSL_FAULT address the backend the
+         * caller chose, not this internal fallback. */
+        c->cpu = tsl_backend_cpu_new(p.n_threads, err);
+        if (!c->cpu) goto fail;
+        tsl_backend_inject_clear(c->cpu);
+        tsl_backend *list[2] = {c->be, c->cpu};
+        c->sched = tsl_sched_new(list, 2, (tsl_sched_params){.retry_on_fallback = false}, err);
+        if (!c->sched) goto fail;
+    }
     c->history = calloc((size_t)p.n_ctx, sizeof *c->history);
-    c->pos = calloc((size_t)p.n_batch, sizeof *c->pos);
-    if (!c->ga || !c->history || !c->pos) {
+    if ((c->host && !c->ga) || !c->history) {
         error_set(err, TSL_ALLOC_FAILED, "", "", -1, NULL, NULL, "llm context: out of memory");
         goto fail;
     }
@@ -716,13 +826,17 @@ fail:
 
 void tsl_llm_ctx_free(tsl_llm_ctx *c) {
     if (!c) return;
+    tsl_ctx_free(c->dg_ctx);
+    tsl_sched_free(c->sched);
     tsl_gallocr_free(c->ga);
+    tsl_buffer_free(c->inbuf);
+    tsl_ctx_free(c->in_ctx);
     kv_free(c->kv);
+    tsl_backend_free(c->cpu);
     if (c->own_be) tsl_backend_free(c->be);
+    free(c->in_host);
     free(c->history);
     free(c->logits);
-    free(c->mask);
-    free(c->pos);
     free(c);
 }
 
@@ -735,52 +849,199 @@ static bool llm_grow(void **p, size_t *cap, size_t want, size_t elem) {
     return true;
 }
 
-/* One graph: tokens [pos0, pos0 + n), logits of the last token (or all) into dst. */
+static void llm_sleep_ms(int ms) {
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* A node the device cannot run (an op or type it lacks, a kernel that
+ * failed to build) goes to the CPU; reading its weights from the device
+ * would copy them back to the host on every compute. The CPU reads the
+ * mapping instead: point such a node's weight sources at the model's own
+ * tensors. Only nodes reading a weight are asked about. */
+static void llm_host_weights(tsl_llm_ctx *c, tsl_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        tsl_tensor *t = g->nodes[i];
+        if (tsl_op_is_view(t->op) || t->op == TSL_OP_NONE) continue;
+        bool reads = false;
+        for (int j = 0; j < TSL_MAX_SRC && !reads; j++) reads = llm_devw_holds(c->devw, t->src[j]);
+        if (!reads || tsl_backend_supports_op(c->be, t)) continue;
+        for (int j = 0; j < TSL_MAX_SRC; j++) {
+            if (!llm_devw_holds(c->devw, t->src[j])) continue;
+            tsl_tensor *h = llm_devw_host_twin(c->m, c->devw, t->src[j]);
+            if (h) {
+                t->src[j] = h;
+                c->tm.n_host_weights++;
+            }
+        }
+    }
+}
+
+/* A graph on a device, through the scheduler, with the context's retry
+ * policy for transient refusals (the same policy tsl_graph_compute_retry
+ * applies on one backend). A rerun repeats every split: the cache writes of
+ * the first attempt are rewritten with the same values. A kernel that fails
+ * to build is found by the compute that first needs it, which fails before
+ * submitting anything; the backend then answers supports_op false for it,
+ * so the same graph is planned again once, with that op on the CPU, and the
+ * decode goes on. */
+static tsl_status llm_sched_compute(tsl_llm_ctx *c, tsl_graph *g, tsl_error *err) {
+    const tsl_retry_policy *rp = &c->retry;
+    double wait = rp->backoff_ms;
+    int kernel_retries = 0;
+    tsl_error rec;
+    for (int attempt = 1;; attempt++) {
+        tsl_status s = tsl_sched_compute(c->sched, g, &rec);
+        if (s == TSL_FAILED && rec.kernel[0] && kernel_retries++ < 2 && rec.split >= 0 &&
+            tsl_sched_split_backend(c->sched, rec.split, NULL, NULL) == c->be) {
+            TSL_LOGW("llm decode: kernel %s failed on %s; running that op on %s from now on", rec.kernel,
+                     tsl_backend_name(c->be), tsl_backend_name(c->cpu));
+            c->tm.n_kernel_retries++;
+            llm_host_weights(c, g); /* the op moves: its weights are read from the mapping now */
+            attempt--;
+            continue;
+        }
+        if (s != TSL_RETRY || attempt >= rp->max_attempts) {
+            if (err) *err = rec;
+            return s;
+        }
+        TSL_LOGI("llm decode: %s refused the compute (RETRY); attempt %d of %d in %.0f ms", tsl_backend_name(c->be),
+                 attempt + 1, rp->max_attempts, wait);
+        llm_sleep_ms((int)wait);
+        wait *= rp->backoff_factor > 1 ? rp->backoff_factor : 1;
+        if (wait > rp->max_backoff_ms) wait = rp->max_backoff_ms;
+    }
+}
+
+/* A new graph for tokens [pos0, pos0 + n) in a context of its own. The
+ * metadata arena is calloc'd per graph: it is sized by what the last graph
+ * used (a third of the bound arch_graph_mem gives), falling back to the
+ * bound if that is ever short. */
+static tsl_status llm_graph_new(tsl_llm_ctx *c, int32_t n, int32_t pos0, int32_t n_kv, bool all, tsl_context **pctx,
+                                arch_graph *ag, tsl_error *err) {
+    const tsl_model *m = c->m;
+    const char *bn = tsl_backend_name(c->be), *bd = tsl_backend_device(c->be);
+    const size_t bound = arch_graph_mem(m);
+    tsl_ctx_params cp = {.mem_size = c->graph_mem && c->graph_mem < bound ? c->graph_mem : bound, .no_alloc = true};
+    for (;;) {
+        tsl_context *ctx = tsl_ctx_new(cp);
+        if (!ctx)
+            return error_set(err, TSL_ALLOC_FAILED, bn, bd, -1, NULL, NULL, "llm decode: out of memory for the graph");
+        memset(ag, 0, sizeof *ag);
+        if (arch_build(m, c->w, c->kv, ctx, n, pos0, n_kv, all, ag)) {
+            size_t want = tsl_ctx_used(ctx) + tsl_ctx_used(ctx) / 4 + ((size_t)64 << 10);
+            if (want > c->graph_mem) c->graph_mem = want;
+            *pctx = ctx;
+            return TSL_SUCCESS;
+        }
+        if (cp.mem_size < bound) { /* short of room, maybe: once more with the bound */
+            tsl_ctx_free(ctx);
+            cp.mem_size = bound;
+            continue;
+        }
+        tsl_status s = error_set(err, TSL_FAILED, bn, bd, -1, NULL, NULL, "llm decode: could not build the %s graph: %s",
+                                 tsl_llm_arch_name(m->hp.arch), tsl_ctx_error(ctx) ? tsl_ctx_error(ctx) : "unknown error");
+        tsl_ctx_free(ctx);
+        return s;
+    }
+}
+
+/* Forget the kept single-token graph. */
+static void llm_drop_decode_graph(tsl_llm_ctx *c) {
+    tsl_ctx_free(c->dg_ctx);
+    c->dg_ctx = NULL;
+}
+
+/* One graph: tokens [pos0, pos0 + n), logits of the last token (or all) into
+ * dst. A single token's graph is kept and moved to the next position for
+ * the next token (arch_move), as long as its attention span, the logits
+ * wanted and the input buffer stay the same: decoding builds a graph once
+ * per LLM_KV_PAD positions, not per token. Any failure drops it. */
 static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, bool all,
                                 float *dst, tsl_error *err) {
     const tsl_model *m = c->m;
-    tsl_ctx_params cp = {.mem_size = arch_graph_mem(m), .no_alloc = true};
-    tsl_context *ctx = tsl_ctx_new(cp);
-    if (!ctx) return error_set(err, TSL_ALLOC_FAILED, tsl_backend_name(c->be), tsl_backend_device(c->be), -1, NULL,
-                               NULL, "llm decode: out of memory for the graph");
-    arch_graph ag;
-    memset(&ag, 0, sizeof ag);
+    double t0 = llm_now();
     tsl_status s = TSL_SUCCESS;
-    if (!arch_build(m, c->kv, ctx, n, pos0, all, &ag)) {
-        s = error_set(err, TSL_FAILED, tsl_backend_name(c->be), tsl_backend_device(c->be), -1, NULL, NULL,
-                      "llm decode: could not build the %s graph: %s", tsl_llm_arch_name(m->hp.arch),
-                      tsl_ctx_error(ctx) ? tsl_ctx_error(ctx) : "unknown error");
-        goto done;
+    const int32_t n_kv = llm_n_kv(c, pos0 + n);
+    size_t pos_off, mask_off;
+    const size_t in_bytes = llm_input_layout(c, n, n_kv, &pos_off, &mask_off);
+    if ((s = llm_inputs_reserve(c, in_bytes, err)) != TSL_SUCCESS) return s;
+    tsl_context *ctx = NULL;
+    arch_graph ag;
+    const int hw_start = c->tm.n_host_weights;
+    const bool reuse = n == 1 && c->dg_ctx && c->dg.n_kv == n_kv && c->dg_all == all && c->dg_in_gen == c->in_gen;
+    if (reuse) {
+        ctx = c->dg_ctx;
+        arch_move(c->kv, &c->dg, pos0);
+        ag = c->dg;
+        c->tm.n_host_weights += c->dg_host_weights;
+    } else {
+        if (n == 1) llm_drop_decode_graph(c);
+        if ((s = llm_graph_new(c, n, pos0, n_kv, all, &ctx, &ag, err)) != TSL_SUCCESS) return s;
+        if (c->devw && !c->dev_only[n > 1]) llm_host_weights(c, ag.g);
+        if ((s = tsl_buffer_place(c->inbuf, ag.tokens, 0, err)) != TSL_SUCCESS ||
+            (s = tsl_buffer_place(c->inbuf, ag.pos, pos_off, err)) != TSL_SUCCESS ||
+            (s = tsl_buffer_place(c->inbuf, ag.mask, mask_off, err)) != TSL_SUCCESS)
+            goto done;
+        if (n == 1) {
+            c->dg_ctx = ctx;
+            c->dg = ag;
+            c->dg_all = all;
+            c->dg_in_gen = c->in_gen;
+        }
     }
-    s = tsl_gallocr_alloc_graph(c->ga, ag.g, err);
-    if (s != TSL_SUCCESS) goto done;
+    double t1 = llm_now();
+    c->tm.build_ms += (t1 - t0) * 1e3;
+    if (c->ga && (s = tsl_gallocr_alloc_graph(c->ga, ag.g, err)) != TSL_SUCCESS) goto done;
+    double t2 = llm_now();
+    c->tm.plan_ms += (t2 - t1) * 1e3;
 
-    const int32_t n_kv = ag.n_kv;
-    if (!llm_grow((void **)&c->mask, &c->mask_cap, (size_t)n_kv * (size_t)n, sizeof(float))) {
-        s = error_set(err, TSL_ALLOC_FAILED, tsl_backend_name(c->be), tsl_backend_device(c->be), -1, NULL, NULL,
-                      "llm decode: out of memory for the attention mask");
-        goto done;
-    }
     /* token i sits at position pos0 + i and sees positions 0..pos0 + i */
+    memcpy(c->in_host, tokens, (size_t)n * sizeof(int32_t));
+    int32_t *pos = (int32_t *)(c->in_host + pos_off);
+    float *mask = (float *)(c->in_host + mask_off);
     for (int32_t i = 0; i < n; i++) {
-        float *row = c->mask + (size_t)i * (size_t)n_kv;
+        float *row = mask + (size_t)i * (size_t)n_kv;
         const int32_t p = pos0 + i;
         for (int32_t j = 0; j < n_kv; j++) row[j] = j <= p ? 0.0f : -INFINITY;
-        c->pos[i] = p;
+        pos[i] = p;
     }
-    if ((s = tsl_tensor_set(ag.tokens, tokens, 0, (size_t)n * sizeof(int32_t), err)) != TSL_SUCCESS ||
-        (s = tsl_tensor_set(ag.pos, c->pos, 0, (size_t)n * sizeof(int32_t), err)) != TSL_SUCCESS ||
-        (s = tsl_tensor_set(ag.mask, c->mask, 0, (size_t)n_kv * (size_t)n * sizeof(float), err)) != TSL_SUCCESS)
-        goto done;
+    if ((s = tsl_tensor_set(c->in_blob, c->in_host, 0, in_bytes, err)) != TSL_SUCCESS) goto done;
+    double t3 = llm_now();
+    c->tm.input_ms += (t3 - t2) * 1e3;
 
-    if (c->retry.max_attempts > 1)
+    if (c->sched)
+        s = llm_sched_compute(c, ag.g, err);
+    else if (c->retry.max_attempts > 1)
         s = tsl_graph_compute_retry(c->be, ag.g, &c->retry, err);
     else
         s = tsl_backend_graph_compute(c->be, ag.g, err);
+    double t4 = llm_now();
+    c->tm.compute_ms += (t4 - t3) * 1e3;
+    c->tm.n_nodes = ag.g->n_nodes;
+    c->tm.n_compute = 0;
+    for (int i = 0; i < ag.g->n_nodes; i++)
+        c->tm.n_compute += !tsl_op_is_view(ag.g->nodes[i]->op) && ag.g->nodes[i]->op != TSL_OP_NONE;
+    c->tm.n_kv = n_kv;
+    c->tm.n_graphs_reused += reuse;
+    /* what the kept graph reads from the mapping: its earlier redirects and
+     * any a kernel failure in this compute added */
+    if (ctx == c->dg_ctx) c->dg_host_weights = c->tm.n_host_weights - hw_start;
+    c->tm.n_splits = c->sched ? tsl_sched_n_splits(c->sched) : 1;
+    c->tm.n_copies = c->sched ? tsl_sched_n_copies(c->sched) : 0;
+    c->dev_only[n > 1] = s == TSL_SUCCESS && c->tm.n_splits == 1 && c->tm.n_host_weights == 0 &&
+                         c->tm.n_kernel_retries == 0;
     if (s != TSL_SUCCESS) goto done;
+    c->tm.act_buffer = ag.logits->buffer;
     s = tsl_tensor_get(ag.logits, dst, 0, (size_t)ag.n_out * (size_t)m->hp.n_vocab * sizeof(float), err);
+    c->tm.output_ms += (llm_now() - t4) * 1e3;
 done:
-    tsl_ctx_free(ctx);
+    if (ctx == c->dg_ctx) {
+        if (s != TSL_SUCCESS) llm_drop_decode_graph(c);
+    } else {
+        tsl_ctx_free(ctx);
+    }
     return s;
 }
 
@@ -803,8 +1064,12 @@ tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_
             return error_set(err, TSL_FAILED, bn, bd, -1, NULL, NULL,
                              "llm decode: token %d (at index %d) is outside the vocabulary (%d tokens)",
                              (int)tokens[i], (int)i, (int)nv);
+    memset(&c->tm, 0, sizeof c->tm);
     /* a recovery (ours or another context's on the same device) zeroed the
-     * cache: re-run the history before going on */
+     * weights it could not restore by itself, and the cache: upload the
+     * former again, re-run the history into the latter, then go on */
+    tsl_status ws = llm_devw_ensure(c->m, c->devw, tsl_buffer_is_lost(c->kv->buf), err);
+    if (ws != TSL_SUCCESS) return ws;
     if (tsl_buffer_is_lost(c->kv->buf)) c->need_rebuild = true;
     if (c->need_rebuild) {
         tsl_status s = llm_rebuild(c, err);
@@ -847,6 +1112,10 @@ const int32_t *tsl_llm_history(const tsl_llm_ctx *c) { return c ? c->history : N
 tsl_backend *tsl_llm_backend(const tsl_llm_ctx *c) { return c ? c->be : NULL; }
 const tsl_model *tsl_llm_model(const tsl_llm_ctx *c) { return c ? c->m : NULL; }
 llm_kv *llm_ctx_kv(tsl_llm_ctx *c) { return c ? c->kv : NULL; }
+llm_devw *llm_ctx_devw(tsl_llm_ctx *c) { return c ? c->devw : NULL; }
+const llm_weights *llm_ctx_weights(const tsl_llm_ctx *c) { return c ? c->w : NULL; }
+const llm_timings *llm_ctx_timings(const tsl_llm_ctx *c) { return c ? &c->tm : NULL; }
+tsl_backend *llm_ctx_fallback(const tsl_llm_ctx *c) { return c ? c->cpu : NULL; }
 
 tsl_status tsl_llm_truncate(tsl_llm_ctx *c, int32_t n_keep, tsl_error *err) {
     if (!c) return error_set(err, TSL_FAILED, "", "", -1, NULL, NULL, "llm truncate: no context");

@@ -369,6 +369,7 @@ tsl_status synth_write(const synth_params *p, const char *path, tsl_error *err) 
     tsl_gguf_writer_set_str(w, "general.architecture", an);
     tsl_gguf_writer_set_str(w, "general.name", gname);
     tsl_gguf_writer_set_u32(w, "general.file_type", (uint32_t)synth_file_type(wt));
+    if (p->alignment) tsl_gguf_writer_set_alignment(w, p->alignment);
     tsl_gguf_writer_set_u32(w, SK("vocab_size"), (uint32_t)s->n_vocab);
     tsl_gguf_writer_set_u32(w, SK("context_length"), (uint32_t)s->n_ctx);
     tsl_gguf_writer_set_u32(w, SK("embedding_length"), (uint32_t)s->n_embd);

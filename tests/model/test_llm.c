@@ -265,7 +265,7 @@ static void test_rope_freqs(void) {
         tsl_model_free(b);
         return;
     }
-    CHECK(a->rope_freqs == NULL && b->rope_freqs != NULL);
+    CHECK(a->w.rope_freqs == NULL && b->w.rope_freqs != NULL);
     tsl_backend *be = tsl_backend_cpu_new(2, NULL);
     const int nv = tsl_model_get_info(a)->n_vocab;
     float *la = malloc((size_t)N_PROMPT * nv * 4), *lb = malloc((size_t)N_PROMPT * nv * 4),
@@ -302,7 +302,7 @@ static void test_info_and_tokenizer(void) {
     CHECK(in->weight_type == TSL_TYPE_Q8_0);
     CHECK(!in->tied_output);
     /* decode reads every tensor but the embedding table */
-    const tsl_tensor *e = m->tok_embd;
+    const tsl_tensor *e = m->w.tok_embd;
     CHECK(in->decode_bytes == in->weight_bytes - tsl_nbytes(e));
     CHECK(in->weight_bytes < in->file_bytes);
 
@@ -551,6 +551,42 @@ done:
     tsl_model_free(m);
 }
 
+/* Single tokens, a longer batch in between (its graph needs more
+ * activation memory, so the allocator replaces its buffer), single tokens
+ * again: the kept single-token graph must be placed anew, not computed
+ * into the buffer freed under it (ASan sees it), and every token's logits
+ * match a context that ran the same tokens as one prompt. */
+static void test_decode_graph_reuse(void) {
+    synth_params sp = tiny_params(TSL_ARCH_LLAMA, TSL_TYPE_F32);
+    CHECK(write_model(&sp, tpath("reuse.gguf")));
+    tsl_model *m = load(tpath("reuse.gguf"));
+    if (!m) {
+        CHECK(m != NULL);
+        return;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    int32_t toks[120];
+    for (int i = 0; i < 120; i++) toks[i] = (i * 37 + 11) % nv;
+    tsl_backend *be = tsl_backend_cpu_new(2, NULL);
+    tsl_llm_ctx *ref = new_ctx(m, be, 256, 128, TSL_TYPE_F32, true), *c = new_ctx(m, be, 256, 128, TSL_TYPE_F32, false);
+    tsl_error err;
+    CHECK(ref && c && tsl_llm_decode(ref, toks, 120, &err) == TSL_SUCCESS);
+    /* 4, then 1 x 6, then 100 at once, then 1 x 10 */
+    const int steps[] = {4, 1, 1, 1, 1, 1, 1, 100, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    int at = 0;
+    for (size_t k = 0; c && ref && k < sizeof steps / sizeof steps[0]; k++) {
+        CHECK(tsl_llm_decode(c, toks + at, steps[k], &err) == TSL_SUCCESS);
+        at += steps[k];
+        if (steps[k] == 1 && k > 1 && k != 8) CHECK(llm_ctx_timings(c)->n_graphs_reused == 1);
+        double d = rel_diff(tsl_llm_logits(c, -1), tsl_llm_logits(ref, at - 1), nv);
+        CHECKF(d <= 1e-4, "after %d tokens: %.3g", at, d);
+    }
+    tsl_llm_ctx_free(ref);
+    tsl_llm_ctx_free(c);
+    tsl_backend_free(be);
+    tsl_model_free(m);
+}
+
 /* A lost cache (as after device recovery: buffers come back zeroed) is
  * rebuilt from the token history and generation carries on unchanged. */
 static void test_rebuild(void) {
@@ -705,6 +741,7 @@ int main(void) {
     RUN(test_bad_files);
     RUN(test_decode_arguments);
     RUN(test_fault_paths);
+    RUN(test_decode_graph_reuse);
     RUN(test_rebuild);
     RUN(test_device_lost);
     RUN(test_rss);

@@ -41,9 +41,36 @@ The argmax must agree with the reference at every position whose top-1 /
 top-2 margin exceeds twice the tolerance (there an error within tolerance
 cannot flip it); the overall agreement is reported.
 
-The Vulkan backend runs the same comparisons (but the strict F32-cache one)
-when `tensile doctor` reports a ready vulkan backend; otherwise that part
-is reported as not run.
+The Vulkan backend (Mesa's lavapipe here and in CI) runs the same models
+against the same reference at the issue's prompt lengths 1, 7 and 100, in
+one batch and one token at a time (--batch 1: every decode step reads the
+cache the earlier steps wrote on the device), and 7 also in chunks of 3
+(lavapipe runs kernels on the CPU's cores: 100 tokens in chunks of 3 adds
+time and nothing that --batch 1 does not cover). Its
+kernels keep activations in F32 whatever the weight type (they dequantize
+the weights, and round nothing to Q8_0 or F16 as the CPU's dot path does),
+so every type lands about as close to the reference as F32 does; what is
+left is the F16 KV cache and the GPU's summation order (subgroup and
+shared-memory reductions). The bounds (VK_TOL), against what lavapipe
+shows:
+
+  F32 + --kv-type f32  1e-5   shows 8.5e-7: the ops alone, summed in
+                              another order.
+  F32, F16     1e-3   the issue's bound; shows up to 3.1e-4 (the F16 cache).
+  Q8_0, Q4_0   2e-3   shows up to 3.8e-4: the reference dequantizes the
+                      file's weights, and so do the kernels. Far tighter than
+                      the CPU's 5e-2, so a block-format kernel that is off
+                      by a rounding mode fails here.
+
+The same evals on an NVIDIA H200 (its cooperative-matrix kernels for the
+batched products) stay inside these bounds: F32 with an F32 cache 7.6e-7,
+F16 6.8e-4, Q8_0 9.2e-4, Q4_0 8.8e-4 (worst over the three architectures
+at n = 7 and 100, in one batch and token by token).
+
+Whether a Vulkan device is there is asked of `tensile eval --backend
+vulkan` itself; with TSL_REQUIRE_VULKAN=1 (CI) a missing device fails the
+test instead of skipping that part. The Vulkan part takes 20-60 s on two
+cores (more when they are shared).
 
 Prints "N passed, N failed" and exits non-zero on any failure.
 """
@@ -52,6 +79,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -67,6 +95,9 @@ TENSILE = os.path.join(BIN, "tensile")
 LENGTHS = (1, 7, 100, 160)
 TOL = {"f32": 1e-3, "f16": 3e-3, "q8_0": 5e-2, "q4_0": 5e-2}
 STRICT_TOL = 1e-5  # F32 weights and F32 KV cache on the CPU
+VK_LENGTHS = (1, 7, 100)
+VK_TOL = {"f32": 1e-3, "f16": 1e-3, "q8_0": 2e-3, "q4_0": 2e-3}
+VK_STRICT_TOL = 1e-5  # F32 weights and F32 KV cache on Vulkan
 
 # (variant, type): F32 for every variant (rope scaling, freq factors and tied
 # output are F32-only variants), F16 for one, Q8_0 / Q4_0 for each arch.
@@ -111,20 +142,22 @@ def eval_logits(model, ids, out, n_vocab, backend=None, batch=None, kv=None):
     return a.reshape(len(ids), n_vocab).astype(np.float64), ""
 
 
-def vulkan_ready():
-    """Whether `tensile doctor` reports a ready vulkan backend: a line of its
-    output that names vulkan and says "ready" (and not "not ready")."""
+def vulkan_probe(model, tmp):
+    """(present, message): whether `tensile eval --backend vulkan` runs. A
+    build without Vulkan, or a machine without a driver or device, says "no
+    Vulkan device"; any other failure is a failure of the backend."""
+    out = os.path.join(tmp, "probe.f32")
+    cmd = [TENSILE, "eval", "-m", model, "--ids", "1", "--out", out, "--backend", "vulkan"]
     try:
-        r = subprocess.run([TENSILE, "doctor"], capture_output=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    if r.returncode != 0:
-        return False
-    for line in r.stdout.decode(errors="replace").splitlines():
-        low = line.lower()
-        if "vulkan" in low and re.search(r"\bready\b", low) and not re.search(r"\bnot ready\b", low):
-            return True
-    return False
+        r = subprocess.run(cmd, capture_output=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return True, f"vulkan probe: {e}"
+    err = r.stderr.decode(errors="replace").strip()
+    if r.returncode == 0:
+        return True, ""
+    if re.search(r"no Vulkan device", err):
+        return False, err
+    return True, f"vulkan probe: exit {r.returncode}: {err[-400:]}"
 
 
 def compare(name, model, ref_model, tmp, wtype, backend, worst):
@@ -132,18 +165,23 @@ def compare(name, model, ref_model, tmp, wtype, backend, worst):
     rng = np.random.default_rng(gtm.stable_seed(1234, name))
     out = os.path.join(tmp, "logits.f32")
     be = backend or "cpu"
-    kvs = [None] + (["f32"] if wtype == "f32" and be == "cpu" else [])
-    for n in LENGTHS:
+    vk = be == "vulkan"
+    kvs = [None] + (["f32"] if wtype == "f32" else [])
+    for n in (VK_LENGTHS if vk else LENGTHS):
         ids = rng.integers(0, n_vocab, n).tolist()
         ref = ref_forward.forward(ref_model, ids)
         scale = np.abs(ref).max(axis=1)
         top = np.argsort(ref, axis=1)[:, ::-1]
         margin = ref[np.arange(n), top[:, 0]] - ref[np.arange(n), top[:, 1]]
         for kv in kvs:
-            tol = STRICT_TOL if kv == "f32" else TOL[wtype]
+            if vk:
+                tol = VK_STRICT_TOL if kv == "f32" else VK_TOL[wtype]
+            else:
+                tol = STRICT_TOL if kv == "f32" else TOL[wtype]
             decided = margin > 2 * tol * scale
             line = []
-            for batch in ([None, 1, 3] if n > 1 else [None]):
+            batches = [None, 1, 3] if not vk else [None, 1] + ([3] if n <= 7 else [])
+            for batch in (batches if n > 1 else [None]):
                 tag = f"{name} [{be}] n={n}" + (f" --kv-type {kv}" if kv else "") + \
                       (f" --batch {batch}" if batch else "")
                 c, msg = eval_logits(model, ids, out, n_vocab, backend, batch, kv)
@@ -180,19 +218,28 @@ def main():
         print(f"reference self-test: {p} passed, {f} failed", flush=True)
 
         backends = [None]
-        if vulkan_ready():
+        present, msg = vulkan_probe(gtm.ensure_model(tmp, "llama", "f32"), tmp)
+        required = os.environ.get("TSL_REQUIRE_VULKAN", "") not in ("", "0")
+        if present and check(not msg, msg):
             backends.append("vulkan")
-        else:
-            print("vulkan: not run (tensile doctor reports no ready vulkan backend)", flush=True)
+        elif not present:
+            if not check(not required, f"TSL_REQUIRE_VULKAN is set but there is no Vulkan device: {msg}"):
+                pass
+            else:
+                print(f"vulkan: not run (no Vulkan device: {msg})", flush=True)
 
         worst = {}
+        spent = {}
         for variant, wtype in CASES:
             model = gtm.ensure_model(tmp, variant, wtype)
             ref_model = ref_forward.load(model)
             for be in backends:
+                t0 = time.monotonic()
                 compare(f"{variant}-{wtype}", model, ref_model, tmp, wtype, be, worst)
+                spent[be or "cpu"] = spent.get(be or "cpu", 0.0) + time.monotonic() - t0
         for (what, be), (v, where, tol) in sorted(worst.items()):
             print(f"worst {what:10s} on {be}: {v:.3e} ({where}); tolerance {tol:g}")
+        print("time: " + ", ".join(f"{be} {t:.1f} s" for be, t in spent.items()), flush=True)
 
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

@@ -19,6 +19,19 @@
   the error record line and exits non-zero; TSL_FAULT='lost@compute=4' (the
   device lost mid-generation) is recovered and gives the clean run's text.
 
+The same on the Vulkan backend (lavapipe here and in CI), where the weights
+live in device memory: --backend vulkan runs, greedy tokens are the
+reference's argmax, a seed gives the same text twice, and the faults are
+handled the same way. A lost device is tested twice, because recovery
+restores the weights two ways (src/model/weights.c): a file whose tensor
+offsets are multiples of the device's buffer alignment (`tensile
+gen-model`, 256) is held in the file's layout and restored by the backend
+from the mapping; a file with GGUF's default 32 (the gguf package's, as
+most files) is packed, and the model uploads it again itself. Both must
+give the fault-free run's text. Whether a Vulkan device is there is asked
+of `tensile run --backend vulkan`; TSL_REQUIRE_VULKAN=1 (CI) makes a
+missing device a failure.
+
 Prints "N passed, N failed" and exits non-zero on any failure.
 """
 import codecs
@@ -49,6 +62,12 @@ GREEDY_TOL = 1e-3  # the F32 logits tolerance of test_logits.py
 RECORD_RE = {
     "RETRY": r"[\w.\-]+ \(.+\): RETRY: .+ - .+",
     "FAILED": r"[\w.\-]+ \(.+\): FAILED at node \d+ [A-Z_]+ '[^']+': .+ - .+",
+}
+# Through the scheduler (a device context) the record also names the split,
+# and a refused submission the node whose command buffer it was.
+VK_RECORD_RE = {
+    "RETRY": r"[\w.\-]+ \(.+\): RETRY( in split \d+)?( at node \d+ [A-Z_]+ '[^']+')?: .+ - .+",
+    "FAILED": r"[\w.\-]+ \(.+\): FAILED( in split \d+)? at node \d+ [A-Z_]+ '[^']+': .+ - .+",
 }
 SUMMARY_RE = re.compile(r"prompt: (\d+) tokens?, [0-9.]+ tok/s; generation: (\d+) tokens?, [0-9.]+ tok/s")
 
@@ -242,8 +261,108 @@ def main():
         r = run(model, "--seed", "3", env_extra={"TSL_FAULT": "nobuf@compute=3"})
         clean_exit_failure(r, "nobuf@compute=3", RECORD_RE["FAILED"])
 
+        vulkan_part(tmp, model, ref_model)
+
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def greedy_matches_reference(ref_model, j, what):
+    """Each greedy token of a --json run is the reference's argmax where the
+    reference's top two are further apart than the F32 tolerance."""
+    p, gen = j.get("prompt_tokens"), j.get("tokens")
+    if not (int_list(p) and int_list(gen) and gen):
+        check(False, f"{what}: no tokens: {j!r}"[:300])
+        return
+    logits = ref_forward.forward(ref_model, p + gen)
+    n_checked = 0
+    for i, tok in enumerate(gen):
+        row = logits[len(p) - 1 + i]
+        order = np.argsort(row)[::-1]
+        if row[order[0]] - row[order[1]] <= 2 * GREEDY_TOL * np.abs(row).max():
+            check(tok in (int(order[0]), int(order[1])), f"{what} token {i}: {tok} is neither of the top two")
+            break
+        check(tok == int(order[0]), f"{what} token {i}: runtime {tok}, reference argmax {int(order[0])}")
+        n_checked += 1
+    print(f"  {what}: {n_checked} of {len(gen)} tokens checked against the reference", flush=True)
+    check(n_checked >= min(4, len(gen)), f"{what}: too few greedy tokens could be checked")
+
+
+def vulkan_part(tmp, model, ref_model):
+    probe = run(model, "--backend", "vulkan", "-n", "1")
+    required = os.environ.get("TSL_REQUIRE_VULKAN", "") not in ("", "0")
+    if probe is not None and probe.returncode != 0 and \
+            re.search(r"no Vulkan device", probe.stderr.decode(errors="replace")):
+        if check(not required, f"TSL_REQUIRE_VULKAN is set but there is no Vulkan device: {desc(probe)}"):
+            print("vulkan: not run (no Vulkan device)", flush=True)
+        return
+    if not check(probe is not None and probe.returncode == 0, f"run --backend vulkan: {desc(probe)}"):
+        return
+
+    def vk(m, *extra, env_extra=None):
+        return run(m, "--backend", "vulkan", *extra, env_extra=env_extra)
+
+    # greedy on the device: the reference's argmax
+    g = vk(model, "--temp", "0", "--json")
+    if check(g is not None and g.returncode == 0, f"vulkan greedy run: {desc(g)}"):
+        j = json_of(g, "vulkan greedy")
+        if j is not None:
+            greedy_matches_reference(ref_model, j, "vulkan greedy")
+
+    # a file in the device's alignment (file layout) and one in GGUF's
+    # default (packed: Q8_0 rows of 68 bytes put tensors off 256-byte
+    # boundaries): the same fault handling for both
+    files = []
+    for layout, align, restore in (("packed", "32", r"uploaded again"),
+                                   ("file layout", "256", r"[1-9]\d* persistent buffer\(s\) restored")):
+        f = os.path.join(tmp, f"tiny-q8_0-align{align}.gguf")
+        r = tensile("gen-model", "--shape", "tiny", "--type", "q8_0", "--align", align, "-o", f)
+        if check(r is not None and r.returncode == 0, f"gen-model --align {align}: {desc(r)}"):
+            files.append((f, layout, restore))
+    for m, layout, restore in files:
+        a = vk(m, "--seed", "3")
+        b = vk(m, "--seed", "3")
+        if not (check(a is not None and a.returncode == 0, f"vulkan {layout}: {desc(a)}") and
+                check(b is not None and b.returncode == 0, f"vulkan {layout} again: {desc(b)}")):
+            continue
+        check(len(a.stdout.strip()) > 0, f"vulkan {layout}: no text")
+        check(a.stdout == b.stdout, f"vulkan {layout}: same seed, different text: {a.stdout!r} vs {b.stdout!r}")
+        r = vk(m, "--seed", "3", env_extra={"TSL_FAULT": "retry@compute=2"})
+        if check(r is not None and r.returncode == 0, f"vulkan {layout} retry@compute=2: {desc(r)}"):
+            check(r.stdout == a.stdout, f"vulkan {layout} retry@compute=2 changed the text")
+        r = vk(m, "--seed", "3", env_extra={"TSL_FAULT": "lost@compute=4", "TSL_LOG": "info"})
+        if check(r is not None and r.returncode == 0, f"vulkan {layout} lost@compute=4: {desc(r)}"):
+            check(r.stdout == a.stdout,
+                  f"vulkan {layout} lost@compute=4 changed the text: {r.stdout!r} vs {a.stdout!r}")
+            err = r.stderr.decode(errors="replace")
+            check(re.search(r"DEVICE_LOST", err) is not None and re.search(r"device recovered", err) is not None,
+                  f"vulkan {layout} lost@compute=4: no loss and recovery on stderr: {err[-400:]!r}")
+            check(re.search(restore, err) is not None,
+                  f"vulkan {layout} lost@compute=4: the weights were not {restore!r}: {err[-600:]!r}")
+        r = vk(m, "--seed", "3", env_extra={"TSL_FAULT": "nobuf@compute=3"})
+        clean_exit_failure(r, f"vulkan {layout} nobuf@compute=3", VK_RECORD_RE["FAILED"])
+    r = vk(model, "--seed", "3", env_extra={"TSL_FAULT": "retry"})
+    clean_exit_failure(r, "vulkan: RETRY on every compute", VK_RECORD_RE["RETRY"])
+
+    # bench model on the device: its own copy ceiling and the per-token split
+    if files:
+        r = tensile("bench", "model", "-m", files[0][0], "--backend", "vulkan", "--prompt", "16", "--gen", "8",
+                    "--copy-mib", "8", "--json", timeout=300)
+        if check(r is not None and r.returncode == 0, f"bench model --backend vulkan: {desc(r)}"):
+            j = json_of(r, "bench model --backend vulkan")
+            if j is not None:
+                t = j.get("per_token") or {}
+                check(j.get("backend_name", "").startswith("vulkan") and j.get("copy_ceiling", "").startswith("device"),
+                      f"bench model: not the device's ceiling: {j!r}"[:300])
+                check(all(isinstance(j.get(k), (int, float)) and j[k] > 0
+                          for k in ("prompt_tok_s", "gen_tok_s", "copy_gbs", "bw_ratio")), f"bench model: {j!r}"[:300])
+                check(j.get("copy_bytes") == 2 * (8 << 20), f"bench model: copy_bytes {j.get('copy_bytes')}")
+                check(j.get("weight_buffers") == 1, f"bench model: {j.get('weight_buffers')} weight buffers")
+                # a tiny llama: 2 layers of ~21 kernels, and one split (all on the device)
+                check(t.get("splits") == 1 and 20 <= t.get("dispatches", 0) <= 80 and t.get("barriers", -1) >= 0,
+                      f"bench model per token: {t!r}")
+                check(0 < t.get("host_ms", 0) <= t.get("wall_ms", 0) and t.get("gpu_ms", 0) > 0,
+                      f"bench model per-token times: {t!r}")
 
 
 if __name__ == "__main__":

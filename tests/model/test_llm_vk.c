@@ -1,0 +1,610 @@
+/*
+ * test_llm_vk.c - LLM contexts on a Vulkan device (lavapipe here and in CI):
+ * the weights' device copy, sharing it, recovery, the scheduler's CPU
+ * fallback, steady-state decode, and resident memory.
+ *
+ * Everything but the memory test runs with TSL_VULKAN_STAGING=1, so tensor
+ * copies take the path a discrete GPU takes (staging buffers and transfer
+ * commands) even on lavapipe, whose memory the host could map; the memory
+ * test runs first, in a child process of its own, on the device's usual
+ * path, so what it measures is this process's memory and nothing else's.
+ *
+ * Without a Vulkan device the tests are skipped (exit 0), unless
+ * TSL_REQUIRE_VULKAN=1 says there must be one.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "model/llm_impl.h"
+#include "test.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+
+#ifdef TEST_ASAN
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "quarantine_size_mb=4"; }
+#endif
+
+static char test_dir[64];
+
+static const char *tpath(const char *name) {
+    static char buf[8][256];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, 256, "%s/%s", test_dir, name);
+    return p;
+}
+
+/* A tiny model: F32 weights (their rows are 256 bytes, so every tensor
+ * offset is a multiple of 256 whatever the file's alignment) or Q8_0 (rows
+ * of 68 bytes: with the default alignment, 32, tensors fall off 256-byte
+ * boundaries and the device copy must be packed). */
+static bool write_tiny(const char *path, tsl_llm_arch arch, tsl_type type, uint32_t alignment) {
+    synth_params p;
+    memset(&p, 0, sizeof p);
+    p.shape = *synth_find_shape("tiny");
+    p.shape.arch = arch;
+    if (arch == TSL_ARCH_QWEN3) p.shape.head_dim = 32;
+    p.type = type;
+    p.seed = 11;
+    p.n_threads = 2;
+    p.alignment = alignment;
+    tsl_error err;
+    tsl_status s = synth_write(&p, path, &err);
+    if (s != TSL_SUCCESS) fprintf(stderr, "synth_write: %s\n", err.message);
+    return s == TSL_SUCCESS;
+}
+
+static tsl_model *load(const char *path) {
+    tsl_model_params mp = tsl_model_default_params();
+    mp.progress = false;
+    tsl_error err;
+    tsl_model *m = tsl_model_load(path, &mp, &err);
+    if (!m) fprintf(stderr, "load %s: %s\n", path, err.message);
+    return m;
+}
+
+static tsl_llm_ctx *new_ctx(tsl_model *m, tsl_backend *be, int n_ctx, int n_batch, bool all) {
+    tsl_llm_params p = tsl_llm_default_params();
+    p.backend = be;
+    p.n_ctx = n_ctx;
+    p.n_batch = n_batch;
+    p.n_threads = 2;
+    p.logits_all = all;
+    tsl_error err;
+    tsl_llm_ctx *c = tsl_llm_ctx_new(m, &p, &err);
+    if (!c) fprintf(stderr, "ctx: %s\n", err.message);
+    return c;
+}
+
+static tsl_backend *vk_new(void) {
+    tsl_error err;
+    tsl_backend *be = tsl_backend_vulkan_new(-1, &err);
+    if (!be) fprintf(stderr, "vulkan: %s\n", err.message);
+    return be;
+}
+
+/* max |a - b| / max |b| */
+static double rel_diff(const float *a, const float *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
+        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static const int32_t PROMPT[] = {3, 77, 141, 9, 300, 42, 500, 17, 260, 88, 5, 411};
+#define N_PROMPT (int)(sizeof PROMPT / sizeof PROMPT[0])
+
+/* Logits of every prompt token on context c (made with logits_all). */
+static bool prompt_logits(tsl_llm_ctx *c, int nv, float *out) {
+    tsl_error err;
+    if (tsl_llm_decode(c, PROMPT, N_PROMPT, &err) != TSL_SUCCESS) {
+        fprintf(stderr, "decode: %s\n", err.message);
+        return false;
+    }
+    for (int i = 0; i < N_PROMPT; i++) memcpy(out + (size_t)i * nv, tsl_llm_logits(c, i), (size_t)nv * sizeof(float));
+    return true;
+}
+
+/* ---- the device copy --------------------------------------------------------------------- */
+
+/* The weights go to the device once, in one buffer, in the file's layout
+ * when the file's offsets allow it and packed otherwise; a GPU context and
+ * a CPU context on the same model agree. */
+static void check_layout(tsl_type type, uint32_t alignment, bool want_file_layout) {
+    const char *path = tpath("layout.gguf");
+    CHECK(write_tiny(path, TSL_ARCH_LLAMA, type, alignment));
+    tsl_model *m = load(path);
+    tsl_backend *vk = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
+    if (!m || !vk || !cpu) {
+        CHECK(m && vk && cpu);
+        goto out;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    tsl_llm_ctx *g = new_ctx(m, vk, 64, 64, true), *c = new_ctx(m, cpu, 64, 64, true);
+    CHECK(g && c);
+    if (g && c) {
+        CHECK(llm_ctx_devw(c) == NULL); /* the CPU reads the mapping */
+        llm_devw_info di;
+        llm_devw_get_info(llm_ctx_devw(g), &di);
+        CHECK(di.n_buffers == 1);
+        CHECKF(di.n_file_layout == (want_file_layout ? 1 : 0), "file layout %d, want %d", di.n_file_layout,
+               want_file_layout);
+        CHECK(di.uploads == 1);
+        CHECK(di.bytes >= tsl_model_get_info(m)->weight_bytes);
+        CHECK(tsl_backend_n_buffers(di.owner, NULL) == 1);
+        CHECK(llm_ctx_fallback(g) != NULL && tsl_backend_cpu_threads(llm_ctx_fallback(g)) > 0);
+        float *lg = malloc((size_t)N_PROMPT * nv * sizeof(float)), *lc = malloc((size_t)N_PROMPT * nv * sizeof(float));
+        CHECK(prompt_logits(g, nv, lg) && prompt_logits(c, nv, lc));
+        /* the whole graph ran on the device: one split, nothing copied */
+        CHECK(llm_ctx_timings(g)->n_splits == 1 && llm_ctx_timings(g)->n_copies == 0);
+        /* F32 rows are 256 bytes: Q, K, V and gate, up lie back to back, and
+         * single-token graphs read each group as one matrix */
+        const llm_weights *w = llm_ctx_weights(g);
+        for (int il = 0; type == TSL_TYPE_F32 && il < tsl_model_get_info(m)->n_layer; il++)
+            CHECK(w->layers[il].wqkv && w->layers[il].ffn_gate_up && !w->layers[il].wqkv->view_src);
+        for (int i = 0; i < N_PROMPT; i++) {
+            const float *a = lg + (size_t)i * nv, *b = lc + (size_t)i * nv;
+            /* F32: the kernels against each other; Q8_0: the CPU rounds
+             * activations to Q8_0, the device does not */
+            double d = rel_diff(a, b, nv);
+            CHECKF(d <= (type == TSL_TYPE_F32 ? 1e-3 : 5e-2), "position %d: %.3g", i, d);
+            if (type == TSL_TYPE_F32) CHECKF(argmax(a, nv) == argmax(b, nv), "position %d", i);
+        }
+        /* token by token (mat-vec kernels, and the fused products where
+         * the copy has them) gives what the whole prompt at once gave (the
+         * matrix kernels; on a GPU with cooperative matrices those round
+         * their inputs to F16: an H200 shows 3e-4 here, lavapipe 1e-6) */
+        tsl_llm_clear(g);
+        tsl_error err;
+        for (int i = 0; i < N_PROMPT; i++) {
+            CHECK(tsl_llm_decode(g, PROMPT + i, 1, &err) == TSL_SUCCESS);
+            double d = rel_diff(tsl_llm_logits(g, -1), lg + (size_t)i * nv, nv);
+            CHECKF(d <= 1e-3, "token %d: %.3g", i, d);
+        }
+        free(lg);
+        free(lc);
+    }
+    tsl_llm_ctx_free(g);
+    tsl_llm_ctx_free(c);
+out:
+    tsl_model_free(m);
+    tsl_backend_free(vk);
+    tsl_backend_free(cpu);
+    unlink(path);
+}
+
+static void test_upload_file_layout(void) { check_layout(TSL_TYPE_Q8_0, 256, true); }
+static void test_upload_packed(void) { check_layout(TSL_TYPE_Q8_0, 32, false); }
+static void test_gpu_cpu_agree_f32(void) { check_layout(TSL_TYPE_F32, 32, true); }
+
+/* Two backends on one device and three contexts share one copy; the copy
+ * belongs to the model, so the contexts' backends can go in any order, and
+ * a CPU context on the same model runs beside them. */
+static void test_shared_copy(void) {
+    const char *path = tpath("shared.gguf");
+    CHECK(write_tiny(path, TSL_ARCH_QWEN3, TSL_TYPE_F32, 0));
+    tsl_model *m = load(path);
+    tsl_backend *a = vk_new(), *b = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
+    if (!m || !a || !b || !cpu) {
+        CHECK(m && a && b && cpu);
+        tsl_model_free(m);
+        tsl_backend_free(a);
+        tsl_backend_free(b);
+        tsl_backend_free(cpu);
+        return;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    tsl_llm_ctx *c1 = new_ctx(m, a, 64, 8, false);
+    llm_devw_info d1;
+    llm_devw_get_info(llm_ctx_devw(c1), &d1);
+    tsl_vulkan_stats s0;
+    tsl_backend_vulkan_stats(d1.owner, &s0);
+    tsl_llm_ctx *c2 = new_ctx(m, b, 64, 8, false), *c3 = new_ctx(m, a, 64, 8, false),
+                *cc = new_ctx(m, cpu, 64, 8, false);
+    CHECK(c1 && c2 && c3 && cc);
+    if (c1 && c2 && c3 && cc) {
+        CHECK(llm_ctx_devw(c1) == llm_ctx_devw(c2) && llm_ctx_devw(c1) == llm_ctx_devw(c3));
+        llm_devw_info d2;
+        llm_devw_get_info(llm_ctx_devw(c2), &d2);
+        CHECK(d2.uploads == 1 && d2.buffer0 == d1.buffer0);
+        tsl_vulkan_stats s1;
+        tsl_backend_vulkan_stats(d1.owner, &s1);
+        CHECK(s1.upload_bytes == s0.upload_bytes); /* nothing uploaded for the later contexts */
+        CHECK(tsl_backend_n_buffers(d1.owner, NULL) == 1);
+        tsl_error err;
+        float *ref = malloc((size_t)nv * sizeof(float));
+        CHECK(tsl_llm_decode(cc, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+        memcpy(ref, tsl_llm_logits(cc, -1), (size_t)nv * sizeof(float));
+        tsl_llm_ctx *gs[3] = {c1, c2, c3};
+        for (int k = 0; k < 3; k++) {
+            CHECK(tsl_llm_decode(gs[k], PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+            CHECK(rel_diff(tsl_llm_logits(gs[k], -1), ref, nv) <= 1e-3);
+            CHECK(argmax(tsl_llm_logits(gs[k], -1), nv) == argmax(ref, nv));
+        }
+        /* the first backend goes (its contexts first); the others go on */
+        tsl_llm_ctx_free(c1);
+        tsl_llm_ctx_free(c3);
+        c1 = c3 = NULL;
+        tsl_backend_free(a);
+        a = NULL;
+        tsl_llm_clear(c2);
+        CHECK(tsl_llm_decode(c2, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+        CHECK(rel_diff(tsl_llm_logits(c2, -1), ref, nv) <= 1e-3);
+        /* one token at a time gives the same as the prompt at once */
+        tsl_llm_clear(c2);
+        for (int i = 0; i < N_PROMPT; i++) CHECK(tsl_llm_decode(c2, PROMPT + i, 1, &err) == TSL_SUCCESS);
+        CHECK(rel_diff(tsl_llm_logits(c2, -1), ref, nv) <= 1e-3);
+        free(ref);
+    }
+    tsl_llm_ctx_free(c1);
+    tsl_llm_ctx_free(c2);
+    tsl_llm_ctx_free(c3);
+    tsl_llm_ctx_free(cc);
+    tsl_model_free(m);
+    tsl_backend_free(a);
+    tsl_backend_free(b);
+    tsl_backend_free(cpu);
+    unlink(path);
+}
+
+/* ---- recovery ---------------------------------------------------------------------------- */
+
+/* A lost device mid-prompt: after tsl_backend_recover the next decode
+ * restores what recovery could not (packed weights: uploaded again by the
+ * model; file-layout weights: restored by the backend from the mapping),
+ * rebuilds the cache from the history, and gives the fault-free logits. */
+static void check_recovery(uint32_t alignment, uint64_t want_uploads) {
+    const char *path = tpath("lost.gguf");
+    CHECK(write_tiny(path, TSL_ARCH_QWEN2, TSL_TYPE_Q8_0, alignment));
+    tsl_model *m = load(path);
+    tsl_backend *be = vk_new();
+    tsl_llm_ctx *c = m && be ? new_ctx(m, be, 64, 4, false) : NULL;
+    if (!c) {
+        CHECK(c != NULL);
+        goto out;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    tsl_error err;
+    float *ref = malloc((size_t)nv * sizeof(float));
+    CHECK(tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+    memcpy(ref, tsl_llm_logits(c, -1), (size_t)nv * sizeof(float));
+    tsl_llm_clear(c);
+    CHECK(tsl_llm_decode(c, PROMPT, 7, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_inject(be, "lost@times=1", &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_decode(c, PROMPT + 7, 2, &err) == TSL_DEVICE_LOST);
+    CHECK(tsl_llm_n_past(c) == 7);
+    CHECK(tsl_llm_decode(c, PROMPT + 7, 2, &err) == TSL_DEVICE_LOST); /* latched */
+    CHECK(tsl_backend_recover(be, &err) == TSL_SUCCESS);
+    CHECK(tsl_buffer_is_lost(llm_ctx_kv(c)->buf));
+    CHECK(tsl_llm_decode(c, PROMPT + 7, N_PROMPT - 7, &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_n_past(c) == N_PROMPT);
+    llm_devw_info di;
+    llm_devw_get_info(llm_ctx_devw(c), &di);
+    CHECKF(di.uploads == want_uploads, "%llu uploads, want %llu", (unsigned long long)di.uploads,
+           (unsigned long long)want_uploads);
+    CHECK(!tsl_buffer_is_lost(di.buffer0));
+    CHECK(rel_diff(tsl_llm_logits(c, -1), ref, nv) <= 1e-5);
+    free(ref);
+    tsl_backend_inject_clear(be);
+out:
+    tsl_llm_ctx_free(c);
+    tsl_model_free(m);
+    tsl_backend_free(be);
+    unlink(path);
+}
+
+static void test_recovery_file_layout(void) { check_recovery(256, 1); }
+static void test_recovery_packed(void) { check_recovery(32, 2); }
+
+/* ---- the scheduler's fallback ----------------------------------------------------------- */
+
+/* A kernel that fails to build: the decode that first needs it still
+ * succeeds (the op moves to the CPU and the graph is planned again), later
+ * ones run split over the device and the CPU, and the logits stay right. */
+static void test_kernel_fallback(void) {
+    const char *path = tpath("fallback.gguf");
+    CHECK(write_tiny(path, TSL_ARCH_LLAMA, TSL_TYPE_F32, 0));
+    tsl_model *m = load(path);
+    tsl_backend *be = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
+    tsl_llm_ctx *c = m && be ? new_ctx(m, be, 64, 16, false) : NULL, *cc = m && cpu ? new_ctx(m, cpu, 64, 16, false) : NULL;
+    if (!c || !cc) {
+        CHECK(c && cc);
+        goto out;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    tsl_error err;
+    CHECK(tsl_llm_decode(cc, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_inject(be, "kernel@name=rms_norm_f32,times=1", &err) == TSL_SUCCESS);
+    tsl_status s = tsl_llm_decode(c, PROMPT, N_PROMPT, &err);
+    CHECKF(s == TSL_SUCCESS, "%s: %s", tsl_status_str(s), err.message);
+    CHECK(llm_ctx_timings(c)->n_kernel_retries == 1);
+    CHECK(llm_ctx_timings(c)->n_splits > 1);
+    CHECK(tsl_backend_injected(be, TSL_FAULT_KERNEL) == 1);
+    CHECK(rel_diff(tsl_llm_logits(c, -1), tsl_llm_logits(cc, -1), nv) <= 1e-3);
+    /* and the next decode plans it on the CPU from the start */
+    int32_t next = argmax(tsl_llm_logits(c, -1), nv);
+    CHECK(tsl_llm_decode(c, &next, 1, &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_decode(cc, &next, 1, &err) == TSL_SUCCESS);
+    CHECK(llm_ctx_timings(c)->n_kernel_retries == 0 && llm_ctx_timings(c)->n_splits > 1);
+    CHECK(rel_diff(tsl_llm_logits(c, -1), tsl_llm_logits(cc, -1), nv) <= 1e-3);
+    tsl_backend_inject_clear(be);
+out:
+    tsl_llm_ctx_free(c);
+    tsl_llm_ctx_free(cc);
+    tsl_model_free(m);
+    tsl_backend_free(be);
+    tsl_backend_free(cpu);
+    unlink(path);
+}
+
+/* A weight op whose kernel fails: the CPU takes the op and reads that
+ * weight from the mapping, not from the device (which would copy it back
+ * to the host on every compute). */
+static void test_weight_op_fallback(void) {
+    const char *path = tpath("wfallback.gguf");
+    CHECK(write_tiny(path, TSL_ARCH_QWEN2, TSL_TYPE_Q8_0, 0));
+    tsl_model *m = load(path);
+    tsl_backend *be = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
+    tsl_llm_ctx *c = m && be ? new_ctx(m, be, 64, 16, false) : NULL, *cc = m && cpu ? new_ctx(m, cpu, 64, 16, false) : NULL;
+    if (!c || !cc) {
+        CHECK(c && cc);
+        goto out;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    tsl_error err;
+    CHECK(tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_decode(cc, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+    CHECK(llm_ctx_timings(c)->n_host_weights == 0);
+    CHECK(tsl_backend_inject(be, "kernel@name=mul_mat_vec_q8_0_f32,times=1", &err) == TSL_SUCCESS);
+    for (int i = 0; i < 3; i++) {
+        int32_t next = argmax(tsl_llm_logits(cc, -1), nv);
+        tsl_status s = tsl_llm_decode(c, &next, 1, &err);
+        CHECKF(s == TSL_SUCCESS, "%s: %s", tsl_status_str(s), err.message);
+        CHECK(tsl_llm_decode(cc, &next, 1, &err) == TSL_SUCCESS);
+        const llm_timings *tm = llm_ctx_timings(c);
+        CHECK(tm->n_kernel_retries == (i == 0 ? 1 : 0));
+        /* every matrix product of the graph reads the mapping: per layer Q,
+         * K, V (one product where the copy fused them), the output
+         * projection, gate and up (likewise), down; and the vocabulary */
+        const llm_weights *w = llm_ctx_weights(c);
+        int want = 1;
+        for (int il = 0; il < tsl_model_get_info(m)->n_layer; il++)
+            want += (w->layers[il].wqkv ? 1 : 3) + 1 + (w->layers[il].ffn_gate_up ? 1 : 2) + 1;
+        CHECKF(tm->n_host_weights == want, "%d host weights, want %d", tm->n_host_weights, want);
+        CHECK(tm->n_splits > 1);
+        /* the CPU rounds activations to Q8_0 for its products, the device does not */
+        CHECK(rel_diff(tsl_llm_logits(c, -1), tsl_llm_logits(cc, -1), nv) <= 5e-2);
+    }
+    CHECK(tsl_backend_injected(be, TSL_FAULT_KERNEL) == 1);
+    tsl_backend_inject_clear(be);
+out:
+    tsl_llm_ctx_free(c);
+    tsl_llm_ctx_free(cc);
+    tsl_model_free(m);
+    tsl_backend_free(be);
+    tsl_backend_free(cpu);
+    unlink(path);
+}
+
+/* ---- steady-state decode ----------------------------------------------------------------- */
+
+/* Decoding token by token allocates nothing on the device and moves only
+ * the inputs and the logits: the same graph (moved to the next position)
+ * and the same activation buffer serve every token of a 256-position
+ * window, the backend's buffer count stays put, and each token costs one
+ * upload of its inputs and one readback. */
+static void test_steady_decode(void) {
+    const char *path = tpath("steady.gguf");
+    CHECK(write_tiny(path, TSL_ARCH_LLAMA, TSL_TYPE_Q8_0, 0));
+    tsl_model *m = load(path);
+    tsl_backend *be = vk_new();
+    tsl_llm_ctx *c = m && be ? new_ctx(m, be, 512, 32, false) : NULL;
+    if (!c) {
+        CHECK(c != NULL);
+        goto out;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    tsl_error err;
+    CHECK(tsl_llm_decode(c, PROMPT, 4, &err) == TSL_SUCCESS);
+    int32_t id = argmax(tsl_llm_logits(c, -1), nv);
+    CHECK(tsl_llm_decode(c, &id, 1, &err) == TSL_SUCCESS);
+    const tsl_buffer *act = llm_ctx_timings(c)->act_buffer;
+    size_t bytes0 = 0;
+    const int nbuf0 = tsl_backend_n_buffers(be, &bytes0);
+    tsl_vulkan_stats s0, s1;
+    tsl_backend_vulkan_stats(be, &s0);
+    const int steps = 200; /* positions 5 .. 204: one window */
+    bool same = true;
+    for (int i = 0; i < steps; i++) {
+        id = argmax(tsl_llm_logits(c, -1), nv);
+        if (tsl_llm_decode(c, &id, 1, &err) != TSL_SUCCESS) {
+            CHECKF(false, "step %d: %s", i, err.message);
+            break;
+        }
+        /* and the graph itself is the last token's, moved one position on */
+        same = same && llm_ctx_timings(c)->act_buffer == act && llm_ctx_timings(c)->n_kv == 256 &&
+               llm_ctx_timings(c)->n_graphs_reused == 1;
+    }
+    tsl_backend_vulkan_stats(be, &s1);
+    size_t bytes1 = 0;
+    CHECK(same);
+    CHECK(tsl_backend_n_buffers(be, &bytes1) == nbuf0 && bytes1 == bytes0);
+    CHECK(s1.computes - s0.computes == (uint64_t)steps);
+    /* one upload (tokens, positions, mask) and one readback per token */
+    CHECKF(s1.transfers - s0.transfers <= (uint64_t)(2 * steps), "%llu transfers for %d tokens",
+           (unsigned long long)(s1.transfers - s0.transfers), steps);
+    CHECKF(s1.upload_bytes - s0.upload_bytes <= (uint64_t)steps * 4096, "%llu bytes uploaded for %d tokens",
+           (unsigned long long)(s1.upload_bytes - s0.upload_bytes), steps);
+    /* past the window the graph grows once */
+    for (int i = 0; i < 60; i++) {
+        id = argmax(tsl_llm_logits(c, -1), nv);
+        CHECK(tsl_llm_decode(c, &id, 1, &err) == TSL_SUCCESS);
+    }
+    CHECK(llm_ctx_timings(c)->n_kv == 512);
+    /* a failed decode drops the kept graph; the next one builds it again */
+    CHECK(tsl_backend_inject(be, "nobuf@times=1", &err) == TSL_SUCCESS);
+    id = argmax(tsl_llm_logits(c, -1), nv);
+    CHECK(tsl_llm_decode(c, &id, 1, &err) == TSL_FAILED);
+    CHECK(tsl_llm_decode(c, &id, 1, &err) == TSL_SUCCESS && llm_ctx_timings(c)->n_graphs_reused == 0);
+    id = argmax(tsl_llm_logits(c, -1), nv);
+    CHECK(tsl_llm_decode(c, &id, 1, &err) == TSL_SUCCESS && llm_ctx_timings(c)->n_graphs_reused == 1);
+    tsl_backend_inject_clear(be);
+out:
+    tsl_llm_ctx_free(c);
+    tsl_model_free(m);
+    tsl_backend_free(be);
+    unlink(path);
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+static long long rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = atoll(line + 6);
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+/* A GPU run holds the weights once. On lavapipe the device's memory is this
+ * process's memory, so resident memory is the device copy, the cache and
+ * the activations, plus the driver; the pages of the mapping the upload
+ * read must not stay resident beside the copy. The model is ~100 MB, so a
+ * second copy breaks the budget. */
+static void test_gpu_rss(void) {
+    if (tsl_vulkan_device_count() == 0) return; /* main says whether that is a failure */
+    synth_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.shape = (synth_shape){"rss", TSL_ARCH_LLAMA, 32000, 2048, 512, 24, 1536, 8, 4, 64, 10000.0f, 1e-5f, false};
+    sp.type = TSL_TYPE_Q8_0;
+    sp.seed = 3;
+    sp.n_threads = 2;
+    const char *path = tpath("rss.gguf");
+    tsl_error err;
+    CHECK(synth_write(&sp, path, &err) == TSL_SUCCESS);
+    tsl_backend *be = vk_new();
+    if (!be) {
+        CHECK(be != NULL);
+        return;
+    }
+    tsl_llm_ctx *warm = NULL;
+    {
+        /* the driver's own memory (compiled kernels, pools) comes with the
+         * first compute: count it in the base */
+        const char *tiny = tpath("rss-tiny.gguf");
+        CHECK(write_tiny(tiny, TSL_ARCH_LLAMA, TSL_TYPE_Q8_0, 0));
+        tsl_model *tm = load(tiny);
+        warm = tm ? new_ctx(tm, be, 64, 64, false) : NULL;
+        CHECK(warm && tsl_llm_decode(warm, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+        CHECK(warm && tsl_llm_decode(warm, PROMPT, 1, &err) == TSL_SUCCESS);
+        tsl_llm_ctx_free(warm);
+        tsl_model_free(tm);
+        unlink(tiny);
+    }
+    const long long base = rss_bytes();
+    tsl_model_params mp = tsl_model_default_params();
+    mp.progress = false;
+    mp.prefetch = false;
+    tsl_model *m = tsl_model_load(path, &mp, &err);
+    tsl_llm_ctx *c = m ? new_ctx(m, be, 1024, 64, false) : NULL;
+    if (!c) {
+        CHECK(c != NULL);
+        tsl_model_free(m);
+        tsl_backend_free(be);
+        return;
+    }
+    const tsl_model_info *in = tsl_model_get_info(m);
+    CHECK(in->file_bytes > (100u << 20));
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = (i * 7919) % in->n_vocab;
+    CHECK(tsl_llm_decode(c, toks, 64, &err) == TSL_SUCCESS);
+    for (int i = 0; i < 8; i++) CHECK(tsl_llm_decode(c, toks + i, 1, &err) == TSL_SUCCESS);
+    const long long rss = rss_bytes();
+    const long long kv = (long long)kv_bytes(llm_ctx_kv(c));
+    const long long budget = (long long)in->weight_bytes + kv + (64ll << 20);
+    printf("  rss: +%.1f MiB over %.1f MiB, weights %.1f MiB, kv %.1f MiB, budget %.1f MiB\n",
+           (rss - base) / 1048576.0, base / 1048576.0, in->weight_bytes / 1048576.0, kv / 1048576.0,
+           budget / 1048576.0);
+    CHECK(rss > 0 && base > 0);
+    CHECK(rss - base <= budget);
+    tsl_llm_ctx_free(c);
+    tsl_model_free(m);
+    tsl_backend_free(be);
+    unlink(path);
+}
+
+/* Run fn in a child process; its failures count here. */
+static void in_child(void (*fn)(void), const char *name) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        test_cur_name = name;
+        test_cur_failed = 0;
+        fn();
+        fflush(stdout);
+        _exit(test_cur_failed ? 1 : 0);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status 0x%x", st);
+}
+
+static void test_gpu_rss_child(void) { in_child(test_gpu_rss, "test_gpu_rss"); }
+
+int main(void) {
+    snprintf(test_dir, sizeof test_dir, "/tmp/tsl_test_llm_vk_XXXXXX");
+    if (!mkdtemp(test_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    /* the child asks for the device itself: nothing of Vulkan crosses the fork */
+    RUN(test_gpu_rss_child);
+    int rc;
+    if (tsl_vulkan_device_count() == 0) {
+        const char *req = getenv("TSL_REQUIRE_VULKAN");
+        bool required = req && *req && strcmp(req, "0") != 0;
+        printf("no Vulkan device: %s\n", required ? "FAILED (TSL_REQUIRE_VULKAN is set)" : "skipped");
+        rc = required ? 1 : 0;
+    } else {
+        setenv("TSL_VULKAN_STAGING", "1", 1);
+        RUN(test_upload_file_layout);
+        RUN(test_upload_packed);
+        RUN(test_gpu_cpu_agree_f32);
+        RUN(test_shared_copy);
+        RUN(test_recovery_file_layout);
+        RUN(test_recovery_packed);
+        RUN(test_kernel_fallback);
+        RUN(test_weight_op_fallback);
+        RUN(test_steady_decode);
+        rc = test_summary();
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
+    return rc;
+}
