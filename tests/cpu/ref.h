@@ -79,6 +79,7 @@
 static tsl_backend *ref_be[REF_MAXB];
 static int ref_nb = REF_MAXB;
 static bool ref_vk;             /* TSL_TEST_BACKEND=vulkan */
+static bool ref_vk_coopmat;     /* ... on a device with cooperative matrices */
 static tsl_buffer *ref_vk_buf;  /* the device buffer the host tensors visit for a compute */
 /* What the current case is, printed with every failure. */
 static char ref_case[384];
@@ -206,9 +207,12 @@ static inline bool ref_setup(void) {
             exit(REF_SKIP);
         }
         tsl_vulkan_device_info info;
-        if (tsl_backend_vulkan_info(ref_be[0], &info, &err) == TSL_SUCCESS)
-            printf("backend %s: %s (%s)%s\n", tsl_backend_name(ref_be[0]), info.name, info.type,
-                   getenv("TSL_VULKAN_VALIDATE") ? ", validation layer on" : "");
+        if (tsl_backend_vulkan_info(ref_be[0], &info, &err) == TSL_SUCCESS) {
+            printf("backend %s: %s (%s)%s%s\n", tsl_backend_name(ref_be[0]), info.name, info.type,
+                   getenv("TSL_VULKAN_VALIDATE") ? ", validation layer on" : "",
+                   info.cooperative_matrix ? ", cooperative matrices" : "");
+            ref_vk_coopmat = info.cooperative_matrix;
+        }
         return true;
     }
     for (int bi = 0; bi < REF_NB; bi++) {

@@ -249,6 +249,13 @@ static void run_case(const mm_case *c, int be_first, int be_last) {
     case TSL_TYPE_BF16: tol = 1e-2; break;
     default: tol = 1e-4; break;
     }
+    /* A device with cooperative matrices multiplies F16, BF16 and block
+     * weights over more than 8 columns in F16: the activations are rounded
+     * to F16 (relative error 2^-11 per product, 2^-10 with a block's F16
+     * scale) instead of to the CPU's Q8_0, so the bound is that share of
+     * sum|ab|. Lavapipe has none, so CI keeps the tight bounds. */
+    if (ref_vk && ref_vk_coopmat && c->op == TSL_OP_MUL_MAT && c->ta != TSL_TYPE_F32 && N > 8)
+        tol = fmax(tol, quant ? 1.1e-3 : 6e-4);
     /* on Vulkan the one backend stands for every thread count */
     if (ref_vk) be_first = be_last = 0;
     for (int bi = be_first; bi <= be_last; bi++) {
