@@ -676,18 +676,24 @@ static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
         sl->fence_pending = false;
         return TSL_SUCCESS;
     }
+    /* the node the checkpoints say was running, with its own kernel; else
+     * the command buffer's first node */
     int node = r == VK_ERROR_DEVICE_LOST ? vk_device_checkpoint_node(d) : -1;
     const tsl_tensor *nt = x->node;
+    const char *kname = vk_first_kernel(be, sl);
     if (node >= 0) {
         for (int k = 0; k < sl->count; k++)
-            if (be->exec[sl->first + k].index == node) nt = be->exec[sl->first + k].node;
+            if (be->exec[sl->first + k].index == node) {
+                nt = be->exec[sl->first + k].node;
+                kname = vk_kernel_descs[be->exec[sl->first + k].kernel].name;
+            }
     } else {
         node = x->index;
     }
     char what[128];
     snprintf(what, sizeof what, "command buffer %d of %d (nodes %d..%d)", s + 1, be->n_used, x->index,
              be->exec[sl->first + sl->count - 1].index);
-    tsl_status st = vk_error(rec, r, TSL_PHASE_SUBMIT, be->name, be->device, node, nt, vk_first_kernel(be, sl), what);
+    tsl_status st = vk_error(rec, r, TSL_PHASE_SUBMIT, be->name, be->device, node, nt, kname, what);
     if (st == TSL_DEVICE_LOST) vk_device_set_lost(d, rec);
     return st;
 }
