@@ -209,7 +209,7 @@ static inline bool ref_setup(void) {
         tsl_vulkan_device_info info;
         if (tsl_backend_vulkan_info(ref_be[0], &info, &err) == TSL_SUCCESS) {
             printf("backend %s: %s (%s)%s%s\n", tsl_backend_name(ref_be[0]), info.name, info.type,
-                   getenv("TSL_VULKAN_VALIDATE") ? ", validation layer on" : "",
+                   getenv("TSL_VULKAN_VALIDATE") && strcmp(getenv("TSL_VULKAN_VALIDATE"), "0") ? ", validation layer on" : "",
                    info.cooperative_matrix ? ", cooperative matrices" : "");
             ref_vk_coopmat = info.cooperative_matrix;
         }
