@@ -363,7 +363,11 @@ int tsl_sched_n_copies(const tsl_sched *s);
  *   TSL_VULKAN_STAGING=1     copy through staging buffers even where device
  *                            memory is host-visible (testing the GPU path)
  *   TSL_VULKAN_NO_PUSH_DESCRIPTORS=1  use descriptor pools even where
- *                            VK_KHR_push_descriptor exists */
+ *                            VK_KHR_push_descriptor exists
+ *   TSL_VULKAN_PROFILE=1     time every node on the GPU (a timestamp after
+ *                            each) and print the time per kernel to stderr
+ *                            when the backend is freed (where the queue has
+ *                            timestamps) */
 
 /* Number of usable Vulkan devices (Vulkan 1.2 or later); 0 when there is no
  * loader, no driver, or the library was built without Vulkan. */

@@ -100,6 +100,7 @@
 #define VK_TEARDOWN_WAIT_NS 2000000000ull
 #define VK_MAX_SPANS 256
 #define VK_DPOOL_SETS 256
+#define VK_PROF_MAX 8192 /* nodes per compute the profile times (TSL_VULKAN_PROFILE) */
 #define VK_STAGING_MIN ((size_t)1 << 20)
 #define VK_STAGING_MAX ((size_t)64 << 20)
 #ifndef VK_XFER_SLOTS
@@ -190,6 +191,14 @@ struct vk_backend {
     /* GPU timestamps: queries 2s and 2s+1 are the start and end of command
      * buffer s */
     VkQueryPool qpool;
+    /* TSL_VULKAN_PROFILE=1: one more timestamp after every node (query k
+     * for exec k), and the GPU time between consecutive timestamps summed
+     * per kernel; printed to stderr when the backend is freed */
+    VkQueryPool ppool;
+    struct {
+        double us;
+        uint64_t n;
+    } prof[VK_K_COUNT];
     bool ts_on;
     double ts_ns;      /* nanoseconds per tick (timestampPeriod) */
     uint64_t ts_mask;  /* the bits a timestamp holds (timestampValidBits) */
@@ -532,6 +541,10 @@ static void vk_encode_slot(vk_backend *be, int s) {
         for (int p = 0; p < sl->n_dpools; p++) vkResetDescriptorPool(d->dev, sl->dpools[p], 0);
         sl->cur_dpool = 0;
         if (be->qpool) vkCmdResetQueryPool(sl->cb, be->qpool, 2u * (uint32_t)s, 2);
+        if (be->ppool && sl->first < VK_PROF_MAX) {
+            uint32_t n = (uint32_t)(sl->first + sl->count > VK_PROF_MAX ? VK_PROF_MAX - sl->first : sl->count);
+            vkCmdResetQueryPool(sl->cb, be->ppool, (uint32_t)sl->first, n);
+        }
         /* after everything before it on the queue: earlier command buffers
          * of this graph, uploads, earlier graphs */
         vk_barrier(sl->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
@@ -545,6 +558,9 @@ static void vk_encode_slot(vk_backend *be, int s) {
         for (int k = 0; k < sl->count && r == VK_SUCCESS; k++) {
             at = &be->exec[sl->first + k];
             r = vk_encode_node(be, sl, at, &bound);
+            if (be->ppool && sl->first + k < VK_PROF_MAX)
+                vkCmdWriteTimestamp(sl->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, be->ppool,
+                                    (uint32_t)(sl->first + k));
         }
         if (r == VK_SUCCESS) {
             /* results become visible to the host (mapped reads, status
@@ -716,6 +732,61 @@ static void vk_read_gpu_time(vk_backend *be) {
     be->st_gpu_ms += be->last_gpu_us / 1e3;
 }
 
+/* TSL_VULKAN_PROFILE: charge each node the GPU time from the timestamp
+ * before it (its command buffer's start, or the node before) to its own. */
+static void vk_read_profile(vk_backend *be) {
+    uint64_t q[2 * VK_MAX_CB];
+    uint32_t nq = 2u * (uint32_t)be->n_used;
+    if (vkGetQueryPoolResults(be->dev->dev, be->qpool, 0, nq, nq * sizeof q[0], q, sizeof q[0],
+                              VK_QUERY_RESULT_64_BIT) != VK_SUCCESS)
+        return;
+    int n = be->n_exec < VK_PROF_MAX ? be->n_exec : VK_PROF_MAX;
+    if (n <= 0) return;
+    uint64_t *t = malloc((size_t)n * sizeof *t);
+    if (!t) return;
+    if (vkGetQueryPoolResults(be->dev->dev, be->ppool, 0, (uint32_t)n, (size_t)n * sizeof *t, t, sizeof *t,
+                              VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
+        for (int s = 0; s < be->n_used; s++) {
+            const vk_slot *sl = &be->slots[s];
+            uint64_t prev = q[2 * s];
+            for (int k = sl->first; k < sl->first + sl->count && k < n; k++) {
+                uint64_t d = (t[k] - prev) & be->ts_mask;
+                prev = t[k];
+                int id = be->exec[k].kernel;
+                if (id < 0 || id >= VK_K_COUNT) continue;
+                be->prof[id].us += (double)d * be->ts_ns / 1e3;
+                be->prof[id].n++;
+            }
+        }
+    }
+    free(t);
+}
+
+static void vk_print_profile(const vk_backend *be) {
+    double total = 0;
+    int order[VK_K_COUNT], m = 0;
+    for (int i = 0; i < VK_K_COUNT; i++)
+        if (be->prof[i].n) {
+            total += be->prof[i].us;
+            order[m++] = i;
+        }
+    if (!m) return;
+    for (int i = 1; i < m; i++) /* by time, largest first */
+        for (int j = i; j > 0 && be->prof[order[j]].us > be->prof[order[j - 1]].us; j--) {
+            int x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    fprintf(stderr, "%s GPU profile (%s): %.3f ms in all\n  %-36s %10s %12s %10s %6s\n", be->name, be->device,
+            total / 1e3, "kernel", "dispatches", "total ms", "mean us", "share");
+    for (int i = 0; i < m; i++) {
+        const int k = order[i];
+        fprintf(stderr, "  %-36s %10llu %12.3f %10.2f %5.1f%%\n", vk_kernel_descs[k].name,
+                (unsigned long long)be->prof[k].n, be->prof[k].us / 1e3, be->prof[k].us / (double)be->prof[k].n,
+                100.0 * be->prof[k].us / total);
+    }
+}
+
 /* Finish the compute in flight: wait for what was submitted, collect data
  * errors from the status words, and give its status. */
 static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
@@ -733,7 +804,10 @@ static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
         }
         if (ws == TSL_DEVICE_LOST) break; /* nothing more to wait for on a lost device */
     }
-    if (st == TSL_SUCCESS && be->qpool && be->n_submitted == be->n_used) vk_read_gpu_time(be);
+    if (st == TSL_SUCCESS && be->qpool && be->n_submitted == be->n_used) {
+        vk_read_gpu_time(be);
+        if (be->ppool) vk_read_profile(be);
+    }
     if (st == TSL_SUCCESS && be->swords[0] != 0) {
         int node = (int)be->swords[1];
         const tsl_tensor *nt = NULL;
@@ -1400,6 +1474,7 @@ static void vk_backend_objects_drop(vk_backend *be, vk_grave *gr) {
         x->pending = false;
     }
     VK_DROP(VK_GO_QUERYPOOL, be->qpool, vkDestroyQueryPool, false);
+    VK_DROP(VK_GO_QUERYPOOL, be->ppool, vkDestroyQueryPool, false);
     VK_DROP(VK_GO_BUFFER, be->stage, vkDestroyBuffer, false);
     VK_DROP(VK_GO_MEMORY, be->stage_mem, vkFreeMemory, false);
     be->stage_size = 0;
@@ -1413,6 +1488,7 @@ static void vk_backend_objects_drop(vk_backend *be, vk_grave *gr) {
 static void vk_free(tsl_backend *b) {
     vk_backend *be = (vk_backend *)b;
     vk_device *d = be->dev;
+    if (be->ppool) vk_print_profile(be);
     pthread_mutex_lock(&be->wlock);
     be->wquit = true;
     pthread_cond_broadcast(&be->wcv);
@@ -1648,6 +1724,12 @@ static tsl_status vk_backend_objects(vk_backend *be, tsl_error *err) {
                                     .queryCount = 2 * VK_MAX_CB};
         r = vkCreateQueryPool(d->dev, &qi, NULL, &be->qpool);
         if (r != VK_SUCCESS) be->qpool = VK_NULL_HANDLE;
+        r = VK_SUCCESS; /* timing is optional */
+        const char *prof = getenv("TSL_VULKAN_PROFILE");
+        if (be->qpool && prof && *prof && strcmp(prof, "0") != 0) {
+            qi.queryCount = VK_PROF_MAX;
+            if (vkCreateQueryPool(d->dev, &qi, NULL, &be->ppool) != VK_SUCCESS) be->ppool = VK_NULL_HANDLE;
+        }
     }
     if (r != VK_SUCCESS)
         return vk_error(err, r, TSL_PHASE_ALLOC, be->name, be->device, -1, NULL, NULL, "creating command pools");
