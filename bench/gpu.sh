@@ -82,7 +82,12 @@ step drill 300 "$BIN/tensile" drill --backend vulkan
 step gen_8b 300 "$BIN/tensile" gen-model --shape llama3-8b --type q4_0 -o /tmp/llama3-8b-q4_0.gguf
 step gen_05b 120 "$BIN/tensile" gen-model --shape qwen2.5-0.5b --type q4_0 -o /tmp/qwen-0.5b-q4_0.gguf
 step model_8b 300 "$BIN/tensile" bench model -m /tmp/llama3-8b-q4_0.gguf --backend vulkan
+step model_8b_profile 120 env TSL_VULKAN_PROFILE=1 "$BIN/tensile" bench model -m /tmp/llama3-8b-q4_0.gguf \
+    --backend vulkan --prompt 8 --gen 64
 step model_05b 300 "$BIN/tensile" bench model -m /tmp/qwen-0.5b-q4_0.gguf --backend vulkan
+step model_05b_cb1 120 env TSL_VULKAN_CB=1 "$BIN/tensile" bench model -m /tmp/qwen-0.5b-q4_0.gguf --backend vulkan
+step model_05b_profile 120 env TSL_VULKAN_PROFILE=1 "$BIN/tensile" bench model -m /tmp/qwen-0.5b-q4_0.gguf \
+    --backend vulkan --prompt 8 --gen 64
 step model_05b_json 300 "$BIN/tensile" bench model -m /tmp/qwen-0.5b-q4_0.gguf --backend vulkan --json
 step run_05b 120 "$BIN/tensile" run -m /tmp/qwen-0.5b-q4_0.gguf -p "Hello" -n 32 --seed 1 --backend vulkan
 rm -f /tmp/llama3-8b-q4_0.gguf /tmp/qwen-0.5b-q4_0.gguf
