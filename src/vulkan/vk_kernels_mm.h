@@ -14,12 +14,15 @@
  * does not fit F16); activations and results F32.
  *   VEC    mul_mat_vec.comp with one column (decode); spec constants
  *          {W workgroup size, S teams per workgroup, R rows per team,
- *          Q quant words per lane, U steps loaded ahead}
+ *          Q quant words per lane, U steps loaded ahead}; for Q8_0 / Q4_0
+ *          the default is the staged kernel (16-byte loads whatever the
+ *          block alignment), whose 6th constant is KS | PF << 8
  *   VECN   the same with up to 8 columns (batched decode, N = 2..8)
  *   CM     mul_mat_cm.comp on cooperative matrices (16x16x16, F16 in, F32
  *          accumulate; F16 weights, or Q8_0 / Q4_0 ones dequantized to F16
  *          while staged): {W, WGM, WGN, TM, TN, BK}, tile BM = WGM*TM*16 by
- *          BN = WGN*TN*16; compiled only where the GLSL compiler knows
+ *          BN = WGN*TN*16; BK + 256 (names ending s1) stages through one
+ *          shared buffer instead of two; compiled only where the GLSL compiler knows
  *          GL_KHR_cooperative_matrix, chosen only where the device has the
  *          shape
  *   CMEMU  the same kernel with the matrix operations emulated: runs
@@ -64,13 +67,54 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU };
 #define VK_MM_VECF_SET(Y, X, t, tn, e) \
     VK_MM_VEC_SET(Y, X, t, tn, e)      \
     VK_MM_V(Y, X, t, tn, e, _u8, 128, 4, 2, 2, 8)
-/* block types also sweep the quant words per lane */
-#define VK_MM_VECQ_SET(Y, X, t, tn)                  \
-    VK_MM_VEC_SET(Y, X, t, tn, 2)                    \
-    VK_MM_V(Y, X, t, tn, 2, _u4, 128, 4, 2, 2, 4)    \
-    VK_MM_V(Y, X, t, tn, 2, _u16, 128, 4, 2, 2, 16)  \
-    VK_MM_V(Y, X, t, tn, 2, _q1, 128, 4, 2, 1, 0)    \
+/* A staged mat-vec variant of a block type (mv_staged.glsl, blob *_st):
+ * W invocations, KS splits of K per row (W / KS rows per workgroup), PF 1 to
+ * load the next step while decoding; rows not aligned to 4 bytes run its
+ * team kernel with {S, R, Q, U} = {4, 2, 2, default}. */
+#define VK_MM_VS(Y, X, t, tn, sfx, w, ks, pf)                                                              \
+    Y(X, MUL_MAT_VEC_##t##sfx, "mul_mat_vec_" tn "_f32" #sfx, 2, 4, "mul_mat_vec_" tn "_f32_st", VEC, t, F32, w, \
+      4, 2, 2, 0, (ks) | ((pf) << 8))
+/* Block types: the staged kernel is the default (the first, no suffix);
+ * the team kernel's variants (_team: its former default) stay to be
+ * measured beside it. Variants whose shared memory a device lacks (over
+ * 32 KiB: lavapipe; 48 KiB on NVIDIA) are not chosen there. */
+#define VK_MM_VECQ_TEAM(Y, X, t, tn)                    \
+    VK_MM_V(Y, X, t, tn, 2, _team, 128, 4, 2, 2, 0)     \
+    VK_MM_V(Y, X, t, tn, 2, _w32s1r2, 32, 1, 2, 2, 0)   \
+    VK_MM_V(Y, X, t, tn, 2, _w128s1r2, 128, 1, 2, 2, 0) \
+    VK_MM_V(Y, X, t, tn, 2, _u16, 128, 4, 2, 2, 16)     \
     VK_MM_V(Y, X, t, tn, 2, _q4, 128, 4, 2, 4, 0)
+#define VK_MM_VECQ8_SET(Y, X)                                 \
+    VK_MM_VS(Y, X, Q8_0, "q8_0", , 64, 8, 1)                  \
+    VK_MM_VS(Y, X, Q8_0, "q8_0", _st_np, 64, 8, 0)            \
+    VK_MM_VS(Y, X, Q8_0, "q8_0", _st_k4, 64, 4, 1)            \
+    VK_MM_VS(Y, X, Q8_0, "q8_0", _st_k16, 64, 16, 1)          \
+    VK_MM_VS(Y, X, Q8_0, "q8_0", _st_w32k4, 32, 4, 1)         \
+    VK_MM_VS(Y, X, Q8_0, "q8_0", _st_w128k4, 128, 4, 1)       \
+    VK_MM_VS(Y, X, Q8_0, "q8_0", _st_w128k8, 128, 8, 1)       \
+    VK_MM_VECQ_TEAM(Y, X, Q8_0, "q8_0")
+#define VK_MM_VECQ4_SET(Y, X)                                 \
+    VK_MM_VS(Y, X, Q4_0, "q4_0", , 128, 8, 1)                 \
+    VK_MM_VS(Y, X, Q4_0, "q4_0", _st_np, 128, 8, 0)           \
+    VK_MM_VS(Y, X, Q4_0, "q4_0", _st_k4, 128, 4, 1)           \
+    VK_MM_VS(Y, X, Q4_0, "q4_0", _st_k16, 128, 16, 1)         \
+    VK_MM_VS(Y, X, Q4_0, "q4_0", _st_w32k4, 32, 4, 1)         \
+    VK_MM_VS(Y, X, Q4_0, "q4_0", _st_w64k8, 64, 8, 1)         \
+    VK_MM_VS(Y, X, Q4_0, "q4_0", _st_w256k8, 256, 8, 1)       \
+    VK_MM_VECQ_TEAM(Y, X, Q4_0, "q4_0")
+
+/* The staged small-N kernel of a block type (8 columns): {W, S, R} = {w, 2,
+ * 2} for its team fallback, KS | PF << 8 for the staged part; _team is the
+ * team kernel alone (its former default). */
+#define VK_MM_NS(Y, X, t, tn, sfx, w, ks, pf)                                                                  \
+    Y(X, MUL_MAT_VECN_##t##sfx, "mul_mat_vecn_" tn "_f32" #sfx, 2, 4, "mul_mat_vecn_" tn "_f32_st", VECN, t, F32, \
+      w, 2, 2, 2, 0, (ks) | ((pf) << 8))
+#define VK_MM_VECNQ_SET(Y, X, t, tn)                   \
+    VK_MM_NS(Y, X, t, tn, , 32, 2, 1)                  \
+    VK_MM_NS(Y, X, t, tn, _st_w32k1, 32, 1, 1)         \
+    VK_MM_NS(Y, X, t, tn, _st_w64k2, 64, 2, 1)         \
+    Y(X, MUL_MAT_VECN_##t##_team, "mul_mat_vecn_" tn "_f32_team", 2, 4, "mul_mat_vecn_" tn "_f32", VECN, t, F32, 128, \
+      4, 2, 2, 0, 0)
 
 /* a kernel with no specialization constants (the tiled ones) */
 #define VK_MM_T(Y, X, id, name, e0, e1, t, bt) Y(X, id, name, e0, e1, name, TILED, t, bt, 0, 0, 0, 0, 0, 0)
@@ -92,15 +136,15 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU };
     VK_MM_T(Y, X, MUL_MAT_F16_F16, "mul_mat_f16_f16", 2, 2, F16, F16)                                            \
     VK_MM_VECF_SET(Y, X, F32, "f32", 4)                                                                          \
     VK_MM_VECF_SET(Y, X, F16, "f16", 2)                                                                          \
-    VK_MM_VECQ_SET(Y, X, Q8_0, "q8_0")                                                                           \
-    VK_MM_VECQ_SET(Y, X, Q4_0, "q4_0")                                                                           \
+    VK_MM_VECQ8_SET(Y, X)                                                                                        \
+    VK_MM_VECQ4_SET(Y, X)                                                                                        \
     VK_MM_V(Y, X, BF16, "bf16", 2, , 128, 4, 2, 2, 0)                                                            \
     VK_MM_V(Y, X, BF16, "bf16", 2, _w128s1r2, 128, 1, 2, 2, 0)                                                   \
     Y(X, MUL_MAT_VEC_F16_F16, "mul_mat_vec_f16_f16", 2, 2, "mul_mat_vec_f16_f16", VEC, F16, F16, 128, 4, 2, 2, 0, 0) \
     VK_MM_N(Y, X, MUL_MAT_VECN_F32, "f32", "f32", 4, 4, F32, F32)                                                \
     VK_MM_N(Y, X, MUL_MAT_VECN_F16, "f16", "f32", 2, 4, F16, F32)                                                \
-    VK_MM_N(Y, X, MUL_MAT_VECN_Q8_0, "q8_0", "f32", 2, 4, Q8_0, F32)                                             \
-    VK_MM_N(Y, X, MUL_MAT_VECN_Q4_0, "q4_0", "f32", 2, 4, Q4_0, F32)                                             \
+    VK_MM_VECNQ_SET(Y, X, Q8_0, "q8_0")                                                                          \
+    VK_MM_VECNQ_SET(Y, X, Q4_0, "q4_0")                                                                          \
     VK_MM_N(Y, X, MUL_MAT_VECN_BF16, "bf16", "f32", 2, 4, BF16, F32)                                             \
     VK_MM_N(Y, X, MUL_MAT_VECN_F16_F16, "f16", "f16", 2, 2, F16, F16)                                            \
     VK_MM_C(Y, X, MUL_MAT_CM_F16, "mul_mat_cm_f16_f32", "mul_mat_cm_f16_f32", CM, F16, F32, 256, 2, 4, 4, 2, 32)  \
@@ -114,14 +158,34 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU };
             256, 4, 2, 4, 4, 16)                                                                                 \
     VK_MM_C(Y, X, MUL_MAT_CM_F16_64X64, "mul_mat_cm_f16_f32_64x64", "mul_mat_cm_f16_f32", CM, F16, F32, 128, 2, 2, \
             2, 2, 32)                                                                                            \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_128X128K64S1, "mul_mat_cm_f16_f32_128x128k64s1", "mul_mat_cm_f16_f32", CM, F16,  \
+            F32, 256, 2, 4, 4, 2, 64 + 256)                                                                      \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_128X128S1, "mul_mat_cm_f16_f32_128x128s1", "mul_mat_cm_f16_f32", CM, F16, F32,   \
+            256, 2, 4, 4, 2, 32 + 256)                                                                           \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_128X128W4K64S1, "mul_mat_cm_f16_f32_128x128w4k64s1", "mul_mat_cm_f16_f32", CM,   \
+            F16, F32, 128, 2, 2, 4, 4, 64 + 256)                                                                 \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_256X128S1, "mul_mat_cm_f16_f32_256x128s1", "mul_mat_cm_f16_f32", CM, F16, F32,   \
+            256, 4, 2, 4, 4, 32 + 256)                                                                           \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_128X256S1, "mul_mat_cm_f16_f32_128x256s1", "mul_mat_cm_f16_f32", CM, F16, F32,   \
+            256, 2, 4, 4, 4, 32 + 256)                                                                           \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_256X128W16S1, "mul_mat_cm_f16_f32_256x128w16s1", "mul_mat_cm_f16_f32", CM, F16,  \
+            F32, 512, 4, 4, 4, 2, 32 + 256)                                                                      \
     VK_MM_C(Y, X, MUL_MAT_CM_Q8_0, "mul_mat_cm_q8_0_f32", "mul_mat_cm_q8_0_f32", CM, Q8_0, F32, 256, 2, 4, 4, 2,  \
             32)                                                                                                  \
     VK_MM_C(Y, X, MUL_MAT_CM_Q8_0_128X128K16, "mul_mat_cm_q8_0_f32_128x128k16", "mul_mat_cm_q8_0_f32", CM, Q8_0,  \
             F32, 256, 2, 4, 4, 2, 16)                                                                            \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q8_0_128X128K64S1, "mul_mat_cm_q8_0_f32_128x128k64s1", "mul_mat_cm_q8_0_f32", CM, Q8_0, \
+            F32, 256, 2, 4, 4, 2, 64 + 256)                                                                      \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q8_0_256X128S1, "mul_mat_cm_q8_0_f32_256x128s1", "mul_mat_cm_q8_0_f32", CM, Q8_0, F32, \
+            256, 4, 2, 4, 4, 32 + 256)                                                                           \
     VK_MM_C(Y, X, MUL_MAT_CM_Q4_0, "mul_mat_cm_q4_0_f32", "mul_mat_cm_q4_0_f32", CM, Q4_0, F32, 256, 2, 4, 4, 2,  \
             32)                                                                                                  \
     VK_MM_C(Y, X, MUL_MAT_CM_Q4_0_128X128K16, "mul_mat_cm_q4_0_f32_128x128k16", "mul_mat_cm_q4_0_f32", CM, Q4_0,  \
             F32, 256, 2, 4, 4, 2, 16)                                                                            \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q4_0_128X128K64S1, "mul_mat_cm_q4_0_f32_128x128k64s1", "mul_mat_cm_q4_0_f32", CM, Q4_0, \
+            F32, 256, 2, 4, 4, 2, 64 + 256)                                                                      \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q4_0_256X128S1, "mul_mat_cm_q4_0_f32_256x128s1", "mul_mat_cm_q4_0_f32", CM, Q4_0, F32, \
+            256, 4, 2, 4, 4, 32 + 256)                                                                           \
     VK_MM_C(Y, X, MUL_MAT_CM_F16_F16, "mul_mat_cm_f16_f16", "mul_mat_cm_f16_f16", CM, F16, F16, 256, 2, 4, 4, 2,  \
             32)                                                                                                  \
     VK_MM_C(Y, X, MUL_MAT_CM_F16_F16_128X128K16, "mul_mat_cm_f16_f16_128x128k16", "mul_mat_cm_f16_f16", CM, F16,  \
@@ -132,6 +196,18 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU };
             2, 2, 32)                                                                                            \
     VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_32X64K16, "mul_mat_cmemu_f16_f32_32x64k16", "mul_mat_cmemu_f16_f32", CMEMU,   \
             F16, F32, 64, 1, 2, 2, 2, 16)                                                                        \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_32X32K64, "mul_mat_cmemu_f16_f32_32x32k64", "mul_mat_cmemu_f16_f32", CMEMU,    \
+            F16, F32, 32, 1, 1, 2, 2, 64)                                                                        \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_32X64K16W8, "mul_mat_cmemu_f16_f32_32x64k16w8", "mul_mat_cmemu_f16_f32",     \
+            CMEMU, F16, F32, 256, 2, 4, 1, 1, 16)                                                                \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_64X64K64S1, "mul_mat_cmemu_f16_f32_64x64k64s1", "mul_mat_cmemu_f16_f32",     \
+            CMEMU, F16, F32, 128, 2, 2, 2, 2, 64 + 256)                                                          \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_64X128S1, "mul_mat_cmemu_f16_f32_64x128s1", "mul_mat_cmemu_f16_f32", CMEMU,   \
+            F16, F32, 128, 2, 2, 2, 4, 32 + 256)                                                                 \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_Q4_0_K64S1, "mul_mat_cmemu_q4_0_f32_k64s1", "mul_mat_cmemu_q4_0_f32", CMEMU,      \
+            Q4_0, F32, 128, 2, 2, 2, 2, 64 + 256)                                                                \
+    VK_MM_C(Y, X, MUL_MAT_CMEMU_Q8_0_32X32K64, "mul_mat_cmemu_q8_0_f32_32x32k64", "mul_mat_cmemu_q8_0_f32", CMEMU, \
+            Q8_0, F32, 32, 1, 1, 2, 2, 64)                                                                       \
     VK_MM_C(Y, X, MUL_MAT_CMEMU_Q8_0, "mul_mat_cmemu_q8_0_f32", "mul_mat_cmemu_q8_0_f32", CMEMU, Q8_0, F32, 128,   \
             2, 2, 2, 2, 32)                                                                                      \
     VK_MM_C(Y, X, MUL_MAT_CMEMU_Q4_0, "mul_mat_cmemu_q4_0_f32", "mul_mat_cmemu_q4_0_f32", CMEMU, Q4_0, F32, 128,   \

@@ -4,7 +4,9 @@
  *
  * The choice, by the node's shape and the device:
  *   N == 1         mat-vec (mul_mat_vec_*): decode, bound by the weights'
- *                  bytes
+ *                  bytes; for Q8_0 / Q4_0 the staged kernel, whose launch
+ *                  says in flags the widest unit (16, 8, 4 bytes) the rows
+ *                  are made of (none: it runs as the team kernel)
  *   N = 2..8       the same kernel carrying 8 columns (mul_mat_vecn_*):
  *                  each weight read once for every column
  *   N > 8, F16     cooperative matrices (mul_mat_cm_*) where the device
@@ -71,16 +73,28 @@ enum {
 
 static bool vk_mm_quant(int type) { return type == TSL_TYPE_Q8_0 || type == TSL_TYPE_Q4_0; }
 
+/* A staged mat-vec variant (mv_staged.glsl): spec[5] = KS | PF << 8. */
+static bool vk_mm_staged(const vk_mm_info *v) {
+    return (v->family == VK_MM_VEC || v->family == VK_MM_VECN) && vk_mm_quant(v->type) && v->spec[5] != 0;
+}
+
+/* Shared memory of the staged part: a super-block (8 blocks) per
+ * invocation, 256 activations (+4) per split and column. */
+static uint32_t vk_mm_staged_shared(const vk_mm_info *v, uint32_t nc) {
+    return v->spec[0] * (v->type == TSL_TYPE_Q8_0 ? 272u : 144u) + nc * (v->spec[5] & 0xffu) * 65u * 16u;
+}
+
 /* Shared memory a variant declares, bytes. */
 static uint32_t vk_mm_shared(const vk_mm_info *v) {
     const uint32_t *s = v->spec;
     switch (v->family) {
-    case VK_MM_VEC: return 4u * s[0] * s[2];
-    case VK_MM_VECN: return 4u * s[0] * s[2] * VK_MM_NC;
+    case VK_MM_VEC: return 4u * s[0] * s[2] + (vk_mm_staged(v) ? vk_mm_staged_shared(v, 1) : 0u);
+    case VK_MM_VECN: return 4u * s[0] * s[2] * VK_MM_NC + (vk_mm_staged(v) ? vk_mm_staged_shared(v, VK_MM_NC) : 0u);
     case VK_MM_CM:
     case VK_MM_CMEMU: {
-        uint32_t bm = s[1] * s[3] * 16u, bn = s[2] * s[4] * 16u, sk = s[5] / 8u + 1u;
-        return 16u * 2u * (bm + bn) * sk + 4u * s[1] * s[2] * 256u;
+        /* s[5]: BK, + 256 for one staging buffer instead of two */
+        uint32_t bm = s[1] * s[3] * 16u, bn = s[2] * s[4] * 16u, sk = (s[5] & 255u) / 8u + 1u;
+        return 16u * (2u - (s[5] >> 8)) * (bm + bn) * sk + 4u * s[1] * s[2] * 256u;
     }
     default: return 2u * 32u * 65u * 4u; /* mul_mat.comp's two staged tiles */
     }
@@ -120,6 +134,7 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
         if (v->family == VK_MM_VEC ? N != 1 : N > VK_MM_NC) return false;
         uint32_t s = v->spec[1], r = v->spec[2], q = v->spec[3];
         if (s == 0 || r == 0 || w % s != 0) return false;
+        if (vk_mm_staged(v) && ((v->spec[5] & 0xffu) == 0 || w % (v->spec[5] & 0xffu) != 0)) return false;
         uint32_t t = w / s;
         if (r * (v->family == VK_MM_VECN ? VK_MM_NC : 1u) > t) return false; /* one lane writes each result */
         if (vk_mm_quant(v->type)) {
@@ -134,7 +149,8 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
     case VK_MM_CMEMU: {
         uint32_t bm, bn;
         vk_mm_cm_tile(v, &bm, &bn);
-        if (w != 32u * v->spec[1] * v->spec[2] || v->spec[5] % 16u != 0 || v->spec[5] == 0) return false;
+        const uint32_t bk = v->spec[5] & 255u;
+        if (w != 32u * v->spec[1] * v->spec[2] || bk % 16u != 0 || bk == 0 || v->spec[5] > 511u) return false;
         return (uint64_t)(M + bm - 1) / bm <= lim->maxComputeWorkGroupCount[0] &&
                (uint64_t)(N + bn - 1) / bn <= lim->maxComputeWorkGroupCount[1];
     }
@@ -205,10 +221,11 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
         cand[k++] = vecn;
     } else if (t == TSL_TYPE_F16 || ((t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0) && N >= VK_MM_CM_MIN_N_QUANT)) {
         /* the first tile in order of preference the device can run: 64x64
-         * for few columns, else 128x128, BK 16 where 32 does not fit */
+         * for few columns, else 128x128 (F16 weights: BK 32 double-buffered,
+         * then BK 64 single-buffered, then BK 16, as shared memory allows) */
         static const int pref[][3] = {
             {VK_K_MUL_MAT_CM_F16_64X64, VK_K_MUL_MAT_CM_F16_128X128K16, -1},
-            {VK_K_MUL_MAT_CM_F16, VK_K_MUL_MAT_CM_F16_128X128K16, VK_K_MUL_MAT_CM_F16_64X64},
+            {VK_K_MUL_MAT_CM_F16, VK_K_MUL_MAT_CM_F16_128X128K64S1, VK_K_MUL_MAT_CM_F16_128X128K16},
             {VK_K_MUL_MAT_CM_Q8_0, VK_K_MUL_MAT_CM_Q8_0_128X128K16, -1},
             {VK_K_MUL_MAT_CM_Q4_0, VK_K_MUL_MAT_CM_Q4_0_128X128K16, -1},
             {VK_K_MUL_MAT_CM_F16_F16_64X64, VK_K_MUL_MAT_CM_F16_F16_128X128K16, -1},
@@ -228,7 +245,20 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
 
 /* ---- launch --------------------------------------------------------------------- */
 
-enum { VK_MM_A_WIDE = 1, VK_MM_B_WIDE = 2, VK_MM_D_WIDE = 4 };
+enum { VK_MM_A_WIDE = 1, VK_MM_B_WIDE = 2, VK_MM_D_WIDE = 4, VK_MM_A_U16 = 8, VK_MM_A_U8 = 16, VK_MM_A_U4 = 32 };
+
+/* The widest unit (16, 8 or 4 bytes) that every weight row of a block-type
+ * node starts at and spans a whole number of, for the staged mat-vec's
+ * loads; 0 when not even 4 (an odd block count per row). */
+static uint32_t vk_mm_row_unit(const vk_bind *bd, const tsl_tensor *a) {
+    const uint64_t start = (uint64_t)bd->eoff * 2u, len = tsl_row_size(a->type, a->ne[0]);
+    for (uint32_t u = 16; u >= 4; u /= 2) {
+        bool ok = bd->off % 16 == 0 && start % u == 0 && len % u == 0;
+        for (int i = 1; i < TSL_MAX_DIMS && ok; i++) ok = a->nb[i] % u == 0;
+        if (ok) return u;
+    }
+    return 0;
+}
 
 /* Does binding b of t (read as es-byte elements) start 16-byte aligned, with
  * the tensor and its strides from dimension `from` on in whole units of
@@ -269,13 +299,21 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     uint32_t bunit = es[1] == 2 && v && (v->family == VK_MM_CM || v->family == VK_MM_CMEMU) ? 8u : 4u;
     if (b->nb[0] == es[1] && vk_mm_aligned(&x->b[1], b, es[1], 1, bunit)) flags |= VK_MM_B_WIDE;
     if (vk_mm_aligned(&x->b[3], n, 4, 1, 4)) flags |= VK_MM_D_WIDE;
+    const bool staged = v && vk_mm_staged(v);
+    if (staged) {
+        uint32_t u = vk_mm_row_unit(&x->b[0], a);
+        flags |= u == 16 ? VK_MM_A_U16 : u == 8 ? VK_MM_A_U8 : u == 4 ? VK_MM_A_U4 : 0u;
+    }
     *p++ = flags;
 
     uint64_t batches = (uint64_t)b->ne[2] * (uint64_t)b->ne[3];
     switch (v ? v->family : VK_MM_TILED) {
     case VK_MM_VEC:
     case VK_MM_VECN: {
-        uint64_t rows = (uint64_t)v->spec[1] * v->spec[2]; /* teams x rows per team */
+        /* teams x rows per team; the staged kernel W / KS rows (where the
+         * rows are aligned for it, else it runs as the team kernel) */
+        uint64_t rows = (uint64_t)v->spec[1] * v->spec[2];
+        if (staged && (flags & (VK_MM_A_U16 | VK_MM_A_U8 | VK_MM_A_U4))) rows = v->spec[0] / (v->spec[5] & 0xffu);
         vk_grid(d, ((uint64_t)M + rows - 1) / rows, grid);
         break;
     }

@@ -303,7 +303,30 @@ static int make_cases(int f, tsl_type t, tsl_type bt, mmc *cs) {
         }
         cs[n++] = c;
     }
+    /* block-type mat-vec: rows of every unit the staged kernel loads by
+     * (8 bytes: K 896; 16 with a last step of fewer than KS super-blocks:
+     * K 2816; 4 with a last super-block of 2 blocks: K 2112), through views
+     * and strided or misaligned activations */
+    if ((f == VK_MM_VEC || f == VK_MM_VECN) && tsl_type_is_quantized(t)) {
+        mmc c = {.type = t, .btype = bt, .a2 = 1, .a3 = 1, .r2 = 1, .r3 = 1, .N = f == VK_MM_VEC ? 1 : rnd(2, 8)};
+        c.K = 896, c.M = rnd(40, 200), c.bl = 1;
+        cs[n++] = c;
+        c.K = 2816, c.M = rnd(100, 300), c.bl = 0, c.al = 1, c.a2 = 2, c.r2 = 2;
+        cs[n++] = c;
+        c.K = 2112, c.M = rnd(1, 60), c.bl = 2, c.al = 1, c.a2 = 1, c.r2 = 1;
+        cs[n++] = c;
+    }
     return n;
+}
+
+/* Shared memory of a mat-vec variant (vk_ops_mm.c's rule): a variant that
+ * needs more than the device has is not available there. */
+static uint32_t vec_shared(const mmk *k) {
+    const uint32_t nc = k->family == VK_MM_VECN ? 8u : 1u;
+    uint32_t b = 4u * k->spec[0] * k->spec[2] * nc;
+    if (tsl_type_is_quantized(k->type) && k->spec[5])
+        b += k->spec[0] * (k->type == TSL_TYPE_Q8_0 ? 272u : 144u) + nc * (k->spec[5] & 0xffu) * 65u * 16u;
+    return b;
 }
 
 /* Is a cooperative-matrix variant expected to run here? (The device must
@@ -315,8 +338,10 @@ static const char *cm_unavailable(const mmk *k) {
     if (!vk_test_kernel_spirv(k->name, &sz)) return "this build has no cooperative-matrix SPIR-V (no GLSL compiler with GL_KHR_cooperative_matrix)";
     if (!g_info.cooperative_matrix) return "the device has no cooperative matrices";
     if (g_info.subgroup_size != 32) return "the kernel needs 32-wide subgroups";
-    uint32_t bm = k->spec[1] * k->spec[3] * 16u, bn = k->spec[2] * k->spec[4] * 16u, sk = k->spec[5] / 8u + 1u;
-    uint32_t shared = 16u * 2u * (bm + bn) * sk + 4u * k->spec[1] * k->spec[2] * 256u;
+    /* spec[5]: BK, + 256 for a single staging buffer */
+    uint32_t bm = k->spec[1] * k->spec[3] * 16u, bn = k->spec[2] * k->spec[4] * 16u;
+    uint32_t sk = (k->spec[5] & 255u) / 8u + 1u;
+    uint32_t shared = 16u * (2u - (k->spec[5] >> 8)) * (bm + bn) * sk + 4u * k->spec[1] * k->spec[2] * 256u;
     if (shared > g_info.max_shared_memory) return "its tiles need more shared memory than the device has";
     return NULL;
 }
@@ -334,7 +359,11 @@ static void run_family(int fam) {
                 continue;
             }
         }
-        mmc cs[8];
+        if ((fam == VK_MM_VEC || fam == VK_MM_VECN) && vec_shared(k) > g_info.max_shared_memory) {
+            printf("  %-38s not available on this device: needs %u bytes of shared memory\n", k->name, vec_shared(k));
+            continue;
+        }
+        mmc cs[10];
         int nc = make_cases(fam, k->type, k->btype, cs);
         double tol = (fam == VK_MM_CM || fam == VK_MM_CMEMU) ? (k->type == TSL_TYPE_F16 ? 6e-4 : 1.1e-3) : 3e-5;
         mm_result r = {0, 0};
@@ -571,6 +600,11 @@ static void bench_matvec(bench_opts *o, tsl_type t, const bshape *sh, int64_t N,
         const mmk *k = pass < 0 ? NULL : &g_kernels[pass];
         if (k && (k->family != fam || k->type != t || k->btype != TSL_TYPE_F32)) continue;
         if (k && bench_skip(o, k->name, label)) continue;
+        if (k && vec_shared(k) > g_info.max_shared_memory) {
+            printf("%-8s %-5s %-26s %-5s %-40s not available: needs %u bytes of shared memory\n",
+                   N == 1 ? "matvec" : "smallN", tsl_type_name(t), label, "", k->name, vec_shared(k));
+            continue;
+        }
         if (k) setenv("TSL_VK_MM_VARIANT", k->name, 1);
         char why[600] = "";
         double s = time_graph(g, o->reps, why, sizeof why);

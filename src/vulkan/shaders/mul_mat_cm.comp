@@ -12,7 +12,12 @@
  * invocation fetches its share of the next A and B tiles from device memory
  * into registers (16 bytes per load where the layout allows) while the
  * matrix units work on the current tiles in shared memory, then stores them
- * into the other half of a double buffer: one barrier per step. Staged rows
+ * into the other half of a double buffer: one barrier per step. The
+ * registers hold the loaded bits as they came (F32 activations, raw quant
+ * words): rounding to F16 and dequantizing happen at the store into shared
+ * memory, after the step's products, so no invocation waits on its loads
+ * before its matrix work. A workgroup whose tiles lie inside a, b and K with
+ * 16-byte layouts (the common case) takes a path with no checks. Staged rows
  * carry 8 halves of padding, which keeps the 16-byte rows that matrix loads
  * gather from different banks.
  *
@@ -22,7 +27,10 @@
  * and is written element by element with bounds checks.
  *
  * WGM, WGN, TM, TN, BK are specialization constants (ids 1-5; the
- * workgroup size, id 0, must be 32 * WGM * WGN), so tile shapes are tuned
+ * workgroup size, id 0, must be 32 * WGM * WGN; id 5 is BK + 256 for a
+ * single staging buffer, which halves the staged tiles' shared memory for
+ * a second barrier per step: larger tiles within a device's limit, 48 KiB
+ * on NVIDIA's Vulkan driver), so tile shapes are tuned
  * per device without new SPIR-V. Built with CM_EMULATE the matrix
  * operations are done by ordinary arithmetic on the same staged tiles and
  * the same lane layout, so the tiling, staging and edge handling are tested
@@ -46,7 +54,10 @@ layout(constant_id = 1) const uint WGM = 2u;
 layout(constant_id = 2) const uint WGN = 4u;
 layout(constant_id = 3) const uint TM = 4u;
 layout(constant_id = 4) const uint TN = 2u;
-layout(constant_id = 5) const uint BK = 32u;
+/* BK, plus 256 for one staging buffer instead of two */
+layout(constant_id = 5) const uint BKS = 32u;
+const uint BK = BKS & 255u;
+const uint NBUF = 2u - (BKS >> 8u);
 
 const uint NT = gl_WorkGroupSize.x;
 const uint BM = WGM * TM * 16u;
@@ -90,8 +101,8 @@ layout(binding = 1) readonly restrict buffer B4 { vec4 b4[]; };
 #endif
 layout(binding = 3) writeonly restrict buffer D { float d[]; };
 
-shared uvec4 As[2u * BM * SK];
-shared uvec4 Bs[2u * BN * SK];
+shared uvec4 As[NBUF * BM * SK];
+shared uvec4 Bs[NBUF * BN * SK];
 shared float Cs[WGM * WGN * 256u];
 
 #if defined(CM_EMULATE)
@@ -150,39 +161,46 @@ void cm_store_d(ACC c, uint off, uint stride) { coopMatStore(c, d, off, stride, 
 void cm_store_s(ACC c, uint off) { coopMatStore(c, Cs, off, 16u, gl_CooperativeMatrixLayoutColumnMajor); }
 #endif
 
+/* Registers carrying the next tiles from device memory to shared memory.
+ * They hold what was loaded, untouched: converting (F32 -> F16) or
+ * dequantizing here would make each invocation wait for its loads before
+ * the matrix work of the current step; done in stage() the wait falls
+ * after it, so the loads' latency hides behind the products. */
+/* 8 F16 weights; for block formats the F16 scale's bits, 4 quant words (2
+ * a uint) and the Q4_0 nibble shift */
 uvec4 ra[A_PER];
+#if defined(B_F16)
 uvec4 rb[B_PER];
+#else
+vec4 rbl[B_PER], rbh[B_PER];
+#endif
 
-/* Fetch the tiles at k0 into registers: zeros past M, N and K. */
-void fetch(uint abase, uint bbase, uint m0, uint n0, uint k0) {
+/* Fetch the tiles at k0 into registers: zeros past M, N and K. `full`
+ * (the same for the whole workgroup) says the tiles lie inside a, b and K
+ * with 16-byte layouts, so no load needs a check. */
+void fetch(uint abase, uint bbase, uint m0, uint n0, uint k0, bool full) {
     const uint tid = gl_LocalInvocationIndex;
     [[unroll]] for (uint i = 0u; i < A_PER; i++) {
         const uint unit = tid + i * NT;
         const uint row = unit / KQ, k = k0 + (unit % KQ) * 8u, m = m0 + row;
         uvec4 q = uvec4(0u);
-        if (unit < A_UNITS && m < pc.M && k < pc.K) {
+        if ((full && (A_UNITS % NT == 0u || unit < A_UNITS)) || (unit < A_UNITS && m < pc.M && k < pc.K)) {
 #if defined(A_Q8_0) || defined(A_Q4_0)
             /* values k .. k+7 of a 32-value block (K is a whole number of
-             * blocks), dequantized and rounded to F16 */
+             * blocks) */
             const uint w = abase + m * pc.sa1 + (k / 32u) * BW, j = k % 32u;
-            const float sc = unpackHalf2x16(uint(a16[w])).x;
-            vec2 v[4];
 #if defined(A_Q8_0)
-            [[unroll]] for (uint e = 0u; e < 4u; e++) {
-                const int x = int(uint(a16[w + 1u + j / 2u + e]));
-                v[e] = vec2(float(bitfieldExtract(x, 0, 8)), float(bitfieldExtract(x, 8, 8))) * sc;
-            }
+            const uint o = w + 1u + j / 2u;
+            q = uvec4(uint(a16[w]), uint(a16[o]) | (uint(a16[o + 1u]) << 16),
+                      uint(a16[o + 2u]) | (uint(a16[o + 3u]) << 16), 0u);
 #else
-            const uint sh = j < 16u ? 0u : 4u; /* values 16.. are the high nibbles */
-            [[unroll]] for (uint e = 0u; e < 4u; e++) {
-                const uint x = uint(a16[w + 1u + (j % 16u) / 2u + e]) >> sh;
-                v[e] = (vec2(float(x & 0xfu), float((x >> 8) & 0xfu)) - 8.0) * sc;
-            }
+            const uint o = w + 1u + (j % 16u) / 2u;
+            q = uvec4(uint(a16[w]), uint(a16[o]) | (uint(a16[o + 1u]) << 16),
+                      uint(a16[o + 2u]) | (uint(a16[o + 3u]) << 16), j < 16u ? 0u : 4u);
 #endif
-            q = uvec4(packHalf2x16(v[0]), packHalf2x16(v[1]), packHalf2x16(v[2]), packHalf2x16(v[3]));
 #else
             const uint at = abase + m * pc.sa1 + k;
-            if ((pc.flags & 1u) != 0u) {
+            if (full || (pc.flags & 1u) != 0u) {
                 q = a4[at >> 3];
             } else {
                 float h[8];
@@ -197,17 +215,31 @@ void fetch(uint abase, uint bbase, uint m0, uint n0, uint k0) {
     [[unroll]] for (uint i = 0u; i < B_PER; i++) {
         const uint unit = tid + i * NT;
         const uint col = unit / KQ, k = k0 + (unit % KQ) * 8u, n = n0 + col;
-        vec4 lo = vec4(0.0), hi = vec4(0.0);
-        if (unit < B_UNITS && n < pc.N && k < pc.K) {
-            const uint cb = bbase + n * pc.sb1;
-            if ((pc.flags & 2u) != 0u && k + 8u <= pc.K) {
+        const uint cb = bbase + n * pc.sb1;
 #if defined(B_F16)
-                rb[i] = b8[(cb + k) >> 3];
-                continue;
+        uvec4 q = uvec4(0u);
+        if (full && (B_UNITS % NT == 0u || unit < B_UNITS)) {
+            q = b8[(cb + k) >> 3];
+        } else if (unit < B_UNITS && n < pc.N && k < pc.K) {
+            if ((pc.flags & 2u) != 0u && k + 8u <= pc.K) {
+                q = b8[(cb + k) >> 3];
+            } else {
+                float h[8];
+                [[unroll]] for (uint e = 0u; e < 8u; e++) h[e] = k + e < pc.K ? float(b1[cb + (k + e) * pc.sb0]) : 0.0;
+                q = uvec4(packHalf2x16(vec2(h[0], h[1])), packHalf2x16(vec2(h[2], h[3])),
+                          packHalf2x16(vec2(h[4], h[5])), packHalf2x16(vec2(h[6], h[7])));
+            }
+        }
+        rb[i] = q;
 #else
+        vec4 lo = vec4(0.0), hi = vec4(0.0);
+        if (full && (B_UNITS % NT == 0u || unit < B_UNITS)) {
+            lo = b4[(cb + k) >> 2];
+            hi = b4[((cb + k) >> 2) + 1u];
+        } else if (unit < B_UNITS && n < pc.N && k < pc.K) {
+            if ((pc.flags & 2u) != 0u && k + 8u <= pc.K) {
                 lo = b4[(cb + k) >> 2];
                 hi = b4[((cb + k) >> 2) + 1u];
-#endif
             } else {
                 [[unroll]] for (uint e = 0u; e < 4u; e++) {
                     lo[e] = k + e < pc.K ? float(b1[cb + (k + e) * pc.sb0]) : 0.0;
@@ -215,26 +247,65 @@ void fetch(uint abase, uint bbase, uint m0, uint n0, uint k0) {
                 }
             }
         }
-        rb[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw));
+        rbl[i] = lo;
+        rbh[i] = hi;
+#endif
     }
 }
+
+#if defined(A_Q8_0) || defined(A_Q4_0)
+/* 8 weights from what fetch() loaded, dequantized and rounded to F16 */
+uvec4 dequant(uvec4 q) {
+    const float sc = unpackHalf2x16(q.x).x;
+    uvec4 h;
+    [[unroll]] for (uint e = 0u; e < 4u; e++) {
+        const uint x = (e < 2u ? q.y : q.z) >> (16u * (e & 1u));
+#if defined(A_Q8_0)
+        const vec2 v = vec2(float(bitfieldExtract(int(x), 0, 8)), float(bitfieldExtract(int(x), 8, 8))) * sc;
+#else
+        const uint y = x >> q.w;
+        const vec2 v = (vec2(float(y & 0xfu), float((y >> 8) & 0xfu)) - 8.0) * sc;
+#endif
+        h[e] = packHalf2x16(v);
+    }
+    return h;
+}
+#endif
 
 void stage(uint buf) {
     const uint tid = gl_LocalInvocationIndex;
     [[unroll]] for (uint i = 0u; i < A_PER; i++) {
         const uint unit = tid + i * NT;
+#if defined(A_Q8_0) || defined(A_Q4_0)
+        if (unit < A_UNITS) As[buf * BM * SK + (unit / KQ) * SK + unit % KQ] = dequant(ra[i]);
+#else
         if (unit < A_UNITS) As[buf * BM * SK + (unit / KQ) * SK + unit % KQ] = ra[i];
+#endif
     }
     [[unroll]] for (uint i = 0u; i < B_PER; i++) {
         const uint unit = tid + i * NT;
+#if defined(B_F16)
         if (unit < B_UNITS) Bs[buf * BN * SK + (unit / KQ) * SK + unit % KQ] = rb[i];
+#else
+        if (unit < B_UNITS)
+            Bs[buf * BN * SK + (unit / KQ) * SK + unit % KQ] =
+                uvec4(packHalf2x16(rbl[i].xy), packHalf2x16(rbl[i].zw), packHalf2x16(rbh[i].xy),
+                      packHalf2x16(rbh[i].zw));
+#endif
     }
 }
 
 void main() {
     const uint warp = cm_warp(), lane = cm_lane();
     const uint wm = warp % WGM, wn = warp / WGM;
-    const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
+    /* Tiles in groups of GM rows of tiles, column by column within a
+     * group: the workgroups resident at once share GM tiles of a and a few
+     * of b, which L2 keeps, instead of streaming all of a per column of
+     * tiles (large products, whose a is larger than L2). */
+    const uint GM = 8u, gx = gl_NumWorkGroups.x, gy = gl_NumWorkGroups.y;
+    const uint lin = gl_WorkGroupID.y * gx + gl_WorkGroupID.x, first = (lin / (GM * gy)) * GM;
+    const uint gsz = min(gx - first, GM), in_group = lin % (GM * gy);
+    const uint m0 = (first + in_group % gsz) * BM, n0 = (in_group / gsz) * BN;
     const uint i2 = gl_WorkGroupID.z % pc.B2, i3 = gl_WorkGroupID.z / pc.B2;
     const uint abase = pc.oa + (i2 / pc.r2) * pc.sa2 + (i3 / pc.r3) * pc.sa3;
     const uint bbase = pc.ob + i2 * pc.sb2 + i3 * pc.sb3;
@@ -242,13 +313,20 @@ void main() {
     ACC acc[TM * TN];
     [[unroll]] for (uint i = 0u; i < TM * TN; i++) acc[i] = cm_zero();
 
+    /* an interior tile with 16-byte layouts: no load is checked */
+#if defined(A_Q8_0) || defined(A_Q4_0)
+    const uint wide = 2u;
+#else
+    const uint wide = 3u;
+#endif
+    const bool full = (pc.flags & wide) == wide && pc.K % BK == 0u && m0 + BM <= pc.M && n0 + BN <= pc.N;
     const uint nk = (pc.K + BK - 1u) / BK;
-    fetch(abase, bbase, m0, n0, 0u);
+    fetch(abase, bbase, m0, n0, 0u, full);
     stage(0u);
     barrier();
     for (uint kt = 0u; kt < nk; kt++) {
-        const uint cur = kt & 1u;
-        if (kt + 1u < nk) fetch(abase, bbase, m0, n0, (kt + 1u) * BK);
+        const uint cur = kt % NBUF;
+        if (kt + 1u < nk) fetch(abase, bbase, m0, n0, (kt + 1u) * BK, full);
         [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {
             FRAG_A fa[TM];
             FRAG_B fb[TN];
@@ -259,7 +337,10 @@ void main() {
             [[unroll]] for (uint i = 0u; i < TM; i++)
                 [[unroll]] for (uint j = 0u; j < TN; j++) acc[i * TN + j] = CM_MAD(fa[i], fb[j], acc[i * TN + j]);
         }
-        if (kt + 1u < nk) stage(cur ^ 1u);
+        if (kt + 1u < nk) {
+            if (NBUF == 1u) barrier(); /* one buffer: everyone is done reading it */
+            stage((kt + 1u) % NBUF);
+        }
         barrier();
     }
 

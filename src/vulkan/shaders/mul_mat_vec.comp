@@ -38,8 +38,14 @@
  *    subgroup split each row's K between subgroups: more bytes in flight
  *    per row where there are few rows.
  *
- * Grid: x and y fold the row groups (S * R rows each), z the batches (b's
- * batch (i2, i3) reads a's batch (i2 / r2, i3 / r3)).
+ * With STAGED (block types) the kernel first tries the staged
+ * decode of mv_staged.glsl, which reads the weights with 16-byte loads
+ * whatever the block alignment; the team kernel here serves the rows the
+ * host found not aligned for it (flags 8/16/32 clear).
+ *
+ * Grid: x and y fold the row groups (S * R rows each; W / KS for the staged
+ * kernel), z the batches (b's batch (i2, i3) reads a's batch (i2 / r2,
+ * i3 / r3)).
  */
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -73,7 +79,8 @@ layout(push_constant) uniform P {
     uint sd1, sd2, sd3;
     uint r2, r3, B2;
     uint oa, ob, od;
-    uint flags;               /* 1: a rows 16-byte aligned; 2: b dense and 16-byte aligned */
+    uint flags;               /* 1: a rows 16-byte aligned; 2: b dense and 16-byte aligned;
+                                 8, 16, 32: block rows whole 16-, 8-, 4-byte units (STAGED) */
 } pc;
 
 #if defined(A_F32)
@@ -200,8 +207,24 @@ float q_dot(uint x, float bl[8], float bh[8], uint i) {
 }
 #endif
 
+#if defined(STAGED)
+#if !defined(A_QUANT)
+#error "mul_mat_vec.comp: STAGED is for Q8_0 / Q4_0 weights"
+#endif
+#include "mv_staged.glsl"
+#endif
+
 void main() {
     const uint wg = wg_linear();
+#if defined(STAGED)
+    /* rows whole units of 16, 8 or 4 bytes (flags 8, 16, 32): the staged
+     * kernel; otherwise the team kernel below */
+    if ((pc.flags & 56u) != 0u) {
+        if (wg * RW >= pc.M) return;
+        mv_staged(wg);
+        return;
+    }
+#endif
     if (wg * S * R >= pc.M) return; /* a padding group of the folded grid: uniform */
 
     uint team, lane;
