@@ -225,7 +225,9 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
          * then BK 64 single-buffered, then BK 16, as shared memory allows) */
         static const int pref[][3] = {
             {VK_K_MUL_MAT_CM_F16_64X64, VK_K_MUL_MAT_CM_F16_128X128K16, -1},
-            {VK_K_MUL_MAT_CM_F16, VK_K_MUL_MAT_CM_F16_128X128K64S1, VK_K_MUL_MAT_CM_F16_128X128K16},
+            /* 128x128 with 4 warps: 158 TFLOP/s at 4096^3 on the H200, the
+             * best of the sweep (bench/RESULTS.md, run 2); the default tile 98 */
+            {VK_K_MUL_MAT_CM_F16_128X128W4, VK_K_MUL_MAT_CM_F16, VK_K_MUL_MAT_CM_F16_128X128K16},
             {VK_K_MUL_MAT_CM_Q8_0, VK_K_MUL_MAT_CM_Q8_0_128X128K16, -1},
             {VK_K_MUL_MAT_CM_Q4_0, VK_K_MUL_MAT_CM_Q4_0_128X128K16, -1},
             {VK_K_MUL_MAT_CM_F16_F16_64X64, VK_K_MUL_MAT_CM_F16_F16_128X128K16, -1},
