@@ -66,6 +66,7 @@ int main(void) {
 
 #include "spin_spv.h"
 #include "tensile/backend.h"
+#include "vulkan/vk_harness.h"
 #include "vulkan/vk_test.h"
 #include "wild_write_spv.h"
 
@@ -338,21 +339,6 @@ static int usage(void) {
     return 2;
 }
 
-/* On a machine with no Vulkan driver configured, lavapipe where installed
- * (the dry run is meant to run anywhere). */
-static int find_devices(void) {
-    int n = tsl_vulkan_device_count();
-    if (n > 0 || getenv("VK_ICD_FILENAMES") || getenv("VK_DRIVER_FILES")) return n;
-    glob_t gl;
-    if (glob("/usr/share/vulkan/icd.d/lvp_icd*.json", 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
-        setenv("VK_DRIVER_FILES", gl.gl_pathv[0], 1);
-        setenv("VK_ICD_FILENAMES", gl.gl_pathv[0], 1);
-        n = tsl_vulkan_device_count();
-    }
-    globfree(&gl);
-    return n;
-}
-
 int main(int argc, char **argv) {
     opts o = {.dry = false, .watchdog_ms = 0, .address = 0x7f0000000000ull, .recover_limit_ms = 5000,
               .deadline_s = 180};
@@ -385,7 +371,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     double t_start = now_s();
 
-    if (find_devices() <= 0) {
+    if (vkh_devices() <= 0) { /* lavapipe where no driver is named: the dry run runs anywhere */
         printf("skipped: no Vulkan device\n");
         return getenv("TSL_REQUIRE_VULKAN") ? 1 : 0;
     }

@@ -49,6 +49,7 @@ int main(void) {
 
 #include "tensile/backend.h"
 #include "test.h"
+#include "vulkan/vk_harness.h"
 
 /* lavapipe keeps allocations of its own past the last device (the same
  * suppression as test_vk_faults.c); they are the driver's, not ours. */
@@ -62,34 +63,9 @@ static float g_ref[M * N_COLS];
 
 /* ---- the validation layer ------------------------------------------------------ */
 
-static atomic_int g_layer_on, g_layer_missing;
 
-/* Log lines go to stderr as by default (WARN and above); the layer's
- * loading is noted from the library's own line. */
-static void vkc_log(tsl_log_level level, const char *line, void *user) {
-    (void)user;
-    if (strstr(line, "validation layer on")) atomic_store(&g_layer_on, 1);
-    if (strstr(line, "validation layer is not installed")) atomic_store(&g_layer_missing, 1);
-    if (level >= TSL_LOG_WARN) fprintf(stderr, "[tensile] %s\n", line);
-}
 
-static bool env_on(const char *name) {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
 
-static int vkc_devices(void) {
-    int n = tsl_vulkan_device_count();
-    if (n > 0 || getenv("VK_ICD_FILENAMES") || getenv("VK_DRIVER_FILES")) return n;
-    glob_t gl;
-    if (glob("/usr/share/vulkan/icd.d/lvp_icd*.json", 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
-        setenv("VK_DRIVER_FILES", gl.gl_pathv[0], 1);
-        setenv("VK_ICD_FILENAMES", gl.gl_pathv[0], 1);
-        n = tsl_vulkan_device_count();
-    }
-    globfree(&gl);
-    return n;
-}
 
 /* ---- the graph ------------------------------------------------------------------ */
 
@@ -272,12 +248,12 @@ static void test_validation(void) {
         CHECKF(s.validation_errors == 0, "the validation layer reported %llu errors (see the log above)",
                (unsigned long long)s.validation_errors);
     tsl_backend_free(be);
-    bool asked = env_on("TSL_VULKAN_VALIDATE");
+    bool asked = vkh_env_on("TSL_VULKAN_VALIDATE");
     printf("     validation layer: %s\n", !asked ? "off (TSL_VULKAN_VALIDATE=0)"
-                                          : atomic_load(&g_layer_on) ? "on, no errors"
+                                          : atomic_load(&vkh_layer_on) ? "on, no errors"
                                                                      : "asked for, not loaded");
     if (asked && getenv("TSL_REQUIRE_VULKAN"))
-        CHECKF(atomic_load(&g_layer_on) && !atomic_load(&g_layer_missing),
+        CHECKF(vkh_layer_loaded(),
                "TSL_REQUIRE_VULKAN is set and the Khronos validation layer did not load "
                "(Debian: vulkan-validationlayers)");
 }
@@ -286,8 +262,8 @@ int main(void) {
     /* the layer watches everything, unless the environment says otherwise;
      * set before the first Vulkan call, which makes the instance */
     setenv("TSL_VULKAN_VALIDATE", "1", 0);
-    tsl_log_set(vkc_log, NULL);
-    if (vkc_devices() <= 0) {
+    tsl_log_set(vkh_log, NULL);
+    if (vkh_devices() <= 0) {
         if (getenv("TSL_REQUIRE_VULKAN")) {
             fprintf(stderr, "FAIL: no Vulkan device and TSL_REQUIRE_VULKAN is set\n");
             return 1;

@@ -60,6 +60,7 @@ int main(void) {
 
 #include "tensile/backend.h"
 #include "test.h"
+#include "vulkan/vk_harness.h"
 #include "vulkan/vk_test.h"
 
 /* lavapipe leaks what it allocated for a pipeline it refuses (test (a)
@@ -73,29 +74,8 @@ const char *__lsan_default_suppressions(void) { return "leak:libvulkan_lvp.so\n"
 static tsl_backend *g_vk, *g_cpu;
 static int g_index;
 static uint64_t g_expected_validation_errors;
-static atomic_int g_layer_on, g_layer_missing;
 
-/* Log lines go to stderr as by default (WARN and above); the layer's
- * loading is noted from the library's own line. */
-static void vkt_log(tsl_log_level level, const char *line, void *user) {
-    (void)user;
-    if (strstr(line, "validation layer on")) atomic_store(&g_layer_on, 1);
-    if (strstr(line, "validation layer is not installed")) atomic_store(&g_layer_missing, 1);
-    if (level >= TSL_LOG_WARN) fprintf(stderr, "tensile: %s\n", line);
-}
 
-static int vkt_devices(void) {
-    int n = tsl_vulkan_device_count();
-    if (n > 0 || getenv("VK_ICD_FILENAMES") || getenv("VK_DRIVER_FILES")) return n;
-    glob_t gl;
-    if (glob("/usr/share/vulkan/icd.d/lvp_icd*.json", 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
-        setenv("VK_DRIVER_FILES", gl.gl_pathv[0], 1);
-        setenv("VK_ICD_FILENAMES", gl.gl_pathv[0], 1);
-        n = tsl_vulkan_device_count();
-    }
-    globfree(&gl);
-    return n;
-}
 
 static uint64_t submits(tsl_backend *be) {
     tsl_vulkan_stats s;
@@ -863,9 +843,9 @@ static void test_validation(void) {
     const char *v = getenv("TSL_VULKAN_VALIDATE");
     bool asked = v && *v && strcmp(v, "0") != 0;
     printf("  validation layer: %s\n", !asked ? "off (TSL_VULKAN_VALIDATE=0)"
-                                       : atomic_load(&g_layer_on) ? "on" : "asked for, not loaded");
+                                       : atomic_load(&vkh_layer_on) ? "on" : "asked for, not loaded");
     if (asked && getenv("TSL_REQUIRE_VULKAN"))
-        CHECKF(atomic_load(&g_layer_on) && !atomic_load(&g_layer_missing),
+        CHECKF(vkh_layer_loaded(),
                "TSL_REQUIRE_VULKAN is set and the Khronos validation layer did not load "
                "(Debian: vulkan-validationlayers)");
 }
@@ -874,8 +854,8 @@ int main(void) {
     /* the layer watches everything, unless the environment says otherwise;
      * set before the first Vulkan call, which makes the instance */
     setenv("TSL_VULKAN_VALIDATE", "1", 0);
-    tsl_log_set(vkt_log, NULL);
-    if (vkt_devices() <= 0) {
+    tsl_log_set(vkh_log, NULL);
+    if (vkh_devices() <= 0) {
         if (getenv("TSL_REQUIRE_VULKAN")) {
             fprintf(stderr, "FAIL: no Vulkan device and TSL_REQUIRE_VULKAN is set\n");
             return 1;

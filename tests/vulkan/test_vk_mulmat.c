@@ -58,6 +58,7 @@ int main(void) {
 #include "tensile/backend.h"
 #include "tensile/tensile.h"
 #include "test.h"
+#include "vulkan/vk_harness.h"
 #include "vulkan/vk_kernels_mm.h"
 #include "vulkan/vk_test.h"
 
@@ -102,18 +103,6 @@ static const char *family_name(int f) {
 
 /* ---- finding a device --------------------------------------------------------- */
 
-static int vkt_devices(void) {
-    int n = tsl_vulkan_device_count();
-    if (n > 0 || getenv("VK_ICD_FILENAMES") || getenv("VK_DRIVER_FILES")) return n;
-    glob_t gl;
-    if (glob("/usr/share/vulkan/icd.d/lvp_icd*.json", 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
-        setenv("VK_DRIVER_FILES", gl.gl_pathv[0], 1);
-        setenv("VK_ICD_FILENAMES", gl.gl_pathv[0], 1);
-        n = tsl_vulkan_device_count();
-    }
-    globfree(&gl);
-    return n;
-}
 
 /* ---- one case ----------------------------------------------------------------- */
 
@@ -743,7 +732,7 @@ int main(int argc, char **argv) {
     bool do_bench = false;
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--bench") == 0) do_bench = true;
-    int n = vkt_devices();
+    int n = vkh_devices();
     tsl_error err;
     if (n <= 0) {
         tsl_backend *be = tsl_backend_vulkan_new(-1, &err);

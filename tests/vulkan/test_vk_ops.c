@@ -50,24 +50,12 @@ int main(void) {
 #include "core/core.h" /* ctx_tensor_new: nodes the op constructors do not make */
 #include "tensile/backend.h"
 #include "test.h"
+#include "vulkan/vk_harness.h"
 
 static tsl_backend *g_cpu, *g_vk;
 
 /* ---- finding a device --------------------------------------------------------- */
 
-static int vkt_devices(void) {
-    int n = tsl_vulkan_device_count();
-    if (n > 0 || getenv("VK_ICD_FILENAMES") || getenv("VK_DRIVER_FILES")) return n;
-    /* a CI machine with only mesa-vulkan-drivers: point the loader at lavapipe */
-    glob_t gl;
-    if (glob("/usr/share/vulkan/icd.d/lvp_icd*.json", 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
-        setenv("VK_DRIVER_FILES", gl.gl_pathv[0], 1);
-        setenv("VK_ICD_FILENAMES", gl.gl_pathv[0], 1);
-        n = tsl_vulkan_device_count();
-    }
-    globfree(&gl);
-    return n;
-}
 
 /* ---- cases -------------------------------------------------------------------- */
 
@@ -1204,7 +1192,7 @@ static void test_validation(void) {
 }
 
 int main(void) {
-    int n = vkt_devices();
+    int n = vkh_devices();
     if (n <= 0) {
         tsl_error err;
         tsl_backend *be = tsl_backend_vulkan_new(-1, &err);
