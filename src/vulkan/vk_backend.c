@@ -1682,6 +1682,25 @@ static void vk_timestamps_probe(vk_backend *be) {
     be->ts_mask = bits >= 64 ? ~0ull : bits ? (1ull << bits) - 1 : 0;
 }
 
+/* A command pool with one primary command buffer and a fence: what each
+ * encoding slot and each staging slot submits with. On failure the pool is
+ * left NULL or made (the caller's drop path frees what exists). */
+static VkResult vk_cmd_objects(vk_device *d, const VkCommandPoolCreateInfo *pi, const VkFenceCreateInfo *fi,
+                               VkCommandPool *pool, VkCommandBuffer *cb, VkFence *fence) {
+    VkResult r = vkCreateCommandPool(d->dev, pi, NULL, pool);
+    if (r != VK_SUCCESS) {
+        *pool = VK_NULL_HANDLE;
+        return r;
+    }
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                      .commandPool = *pool,
+                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                      .commandBufferCount = 1};
+    r = vkAllocateCommandBuffers(d->dev, &ai, cb);
+    if (r == VK_SUCCESS) r = vkCreateFence(d->dev, fi, NULL, fence);
+    return r;
+}
+
 static tsl_status vk_backend_objects(vk_backend *be, tsl_error *err) {
     vk_device *d = be->dev;
     VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
@@ -1689,34 +1708,11 @@ static tsl_status vk_backend_objects(vk_backend *be, tsl_error *err) {
                                   .queueFamilyIndex = d->qfam};
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VkResult r = VK_SUCCESS;
-    for (int s = 0; s < VK_MAX_CB && r == VK_SUCCESS; s++) {
-        vk_slot *sl = &be->slots[s];
-        r = vkCreateCommandPool(d->dev, &pi, NULL, &sl->pool);
-        if (r != VK_SUCCESS) {
-            sl->pool = VK_NULL_HANDLE;
-            break;
-        }
-        VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                          .commandPool = sl->pool,
-                                          .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                          .commandBufferCount = 1};
-        r = vkAllocateCommandBuffers(d->dev, &ai, &sl->cb);
-        if (r == VK_SUCCESS) r = vkCreateFence(d->dev, &fi, NULL, &sl->fence);
-    }
+    for (int s = 0; s < VK_MAX_CB && r == VK_SUCCESS; s++)
+        r = vk_cmd_objects(d, &pi, &fi, &be->slots[s].pool, &be->slots[s].cb, &be->slots[s].fence);
     for (int i = 0; i < VK_XFER_SLOTS && r == VK_SUCCESS; i++) {
-        vk_xslot *x = &be->xs[i];
-        r = vkCreateCommandPool(d->dev, &pi, NULL, &x->pool);
-        if (r != VK_SUCCESS) {
-            x->pool = VK_NULL_HANDLE;
-            break;
-        }
-        VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                          .commandPool = x->pool,
-                                          .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                          .commandBufferCount = 1};
-        r = vkAllocateCommandBuffers(d->dev, &ai, &x->cb);
-        if (r == VK_SUCCESS) r = vkCreateFence(d->dev, &fi, NULL, &x->fence);
-        x->pending = false;
+        r = vk_cmd_objects(d, &pi, &fi, &be->xs[i].pool, &be->xs[i].cb, &be->xs[i].fence);
+        be->xs[i].pending = false;
     }
     if (r == VK_SUCCESS && be->ts_on) {
         VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,

@@ -21,29 +21,7 @@
 
 #include "model/llm_impl.h"
 #include "test.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_ASAN 1
-#endif
-#endif
-
-#ifdef TEST_ASAN
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "quarantine_size_mb=4"; }
-#endif
-
-static char test_dir[64];
-
-static const char *tpath(const char *name) {
-    static char buf[8][256];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 256, "%s/%s", test_dir, name);
-    return p;
-}
+#include "model/llm_test.h"
 
 /* A tiny model: F32 weights (their rows are 256 bytes, so every tensor
  * offset is a multiple of 256 whatever the file's alignment) or Q8_0 (rows
@@ -65,15 +43,6 @@ static bool write_tiny(const char *path, tsl_llm_arch arch, tsl_type type, uint3
     return s == TSL_SUCCESS;
 }
 
-static tsl_model *load(const char *path) {
-    tsl_model_params mp = tsl_model_default_params();
-    mp.progress = false;
-    tsl_error err;
-    tsl_model *m = tsl_model_load(path, &mp, &err);
-    if (!m) fprintf(stderr, "load %s: %s\n", path, err.message);
-    return m;
-}
-
 static tsl_llm_ctx *new_ctx(tsl_model *m, tsl_backend *be, int n_ctx, int n_batch, bool all) {
     tsl_llm_params p = tsl_llm_default_params();
     p.backend = be;
@@ -92,17 +61,6 @@ static tsl_backend *vk_new(void) {
     tsl_backend *be = tsl_backend_vulkan_new(-1, &err);
     if (!be) fprintf(stderr, "vulkan: %s\n", err.message);
     return be;
-}
-
-/* max |a - b| / max |b| */
-static double rel_diff(const float *a, const float *b, int n) {
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
-        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
-    }
-    return den > 0 ? num / den : num;
 }
 
 static int argmax(const float *x, int n) {
@@ -478,17 +436,6 @@ out:
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
-
-static long long rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6)) kb = atoll(line + 6);
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
 
 /* A GPU run holds the weights once. On lavapipe the device's memory is this
  * process's memory, so resident memory is the device copy, the cache and
