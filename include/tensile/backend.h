@@ -367,7 +367,17 @@ int tsl_sched_n_copies(const tsl_sched *s);
  *   TSL_VULKAN_PROFILE=1     time every node on the GPU (a timestamp after
  *                            each) and print the time per kernel to stderr
  *                            when the backend is freed (where the queue has
- *                            timestamps) */
+ *                            timestamps)
+ *   TSL_VULKAN_CHECKPOINTS=0 no NV diagnostic checkpoint before each kernel:
+ *                            faster (about 1.4 us per kernel on an H200),
+ *                            but a device loss no longer names its node
+ *   TSL_VULKAN_FUSE=0        no fused pairs (mul(rms_norm(x), w); add(r, an
+ *                            integer-dot mat-vec)): one dispatch per node
+ *   TSL_VULKAN_NO_INTEGER_DOT=1  leave VK_KHR_shader_integer_dot_product off:
+ *                            Q8_0/Q4_0 mat-vec in F32 activations
+ *   TSL_VULKAN_PIPELINE_STATS=1  log (at INFO) the driver's statistics of
+ *                            every pipeline built (registers, memory), where
+ *                            the driver has VK_KHR_pipeline_executable_properties */
 
 /* Number of usable Vulkan devices (Vulkan 1.2 or later); 0 when there is no
  * loader, no driver, or the library was built without Vulkan. */
@@ -398,6 +408,8 @@ typedef struct tsl_vulkan_device_info {
     bool device_fault;         /* VK_EXT_device_fault */
     bool nv_checkpoints;       /* VK_NV_device_diagnostic_checkpoints */
     bool robustness2;          /* VK_EXT_robustness2 */
+    bool integer_dot;          /* VK_KHR_shader_integer_dot_product (the Q8_0/Q4_0 mat-vec kernels) */
+    bool integer_dot_fast;     /* ... with 4x8-bit signed dot products in hardware */
     bool buffer_device_address; /* bufferDeviceAddress (kernels may use GL_EXT_buffer_reference) */
 } tsl_vulkan_device_info;
 

@@ -669,6 +669,12 @@ struct tsl_llm_ctx {
     tsl_retry_policy retry;
     int32_t n_past;
     int32_t *history; /* n_ctx entries; [0, n_past) valid */
+    /* n_ctx entries: 1 where a batch of the history started. A rebuild
+     * replays the history in the same batches, so the cache (and every
+     * token after it) comes out bit for bit as before: a batch of one token
+     * and a batch of many run different kernels (on a GPU with integer dot
+     * products the former rounds its activations to Q8_0) */
+    unsigned char *hbatch;
     float *logits;    /* n_logits x n_vocab */
     size_t logits_cap; /* floats */
     int32_t n_logits;
@@ -814,7 +820,8 @@ tsl_llm_ctx *tsl_llm_ctx_new(tsl_model *m, const tsl_llm_params *params, tsl_err
         if (!c->sched) goto fail;
     }
     c->history = calloc((size_t)p.n_ctx, sizeof *c->history);
-    if ((c->host && !c->ga) || !c->history) {
+    c->hbatch = calloc((size_t)p.n_ctx, 1);
+    if ((c->host && !c->ga) || !c->history || !c->hbatch) {
         error_set(err, TSL_ALLOC_FAILED, "", "", -1, NULL, NULL, "llm context: out of memory");
         goto fail;
     }
@@ -836,6 +843,7 @@ void tsl_llm_ctx_free(tsl_llm_ctx *c) {
     if (c->own_be) tsl_backend_free(c->be);
     free(c->in_host);
     free(c->history);
+    free(c->hbatch);
     free(c->logits);
     free(c);
 }
@@ -1092,6 +1100,8 @@ tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_
             return s;
         }
         memmove(c->history + c->n_past, tokens + off, (size_t)nb * sizeof *tokens); /* rebuild: same place */
+        c->hbatch[c->n_past] = 1;
+        memset(c->hbatch + c->n_past + 1, 0, (size_t)(nb - 1));
         c->n_past += nb;
     }
     c->n_logits = (int32_t)n_out;
@@ -1147,12 +1157,19 @@ static tsl_status llm_rebuild(tsl_llm_ctx *c, tsl_error *err) {
     tsl_buffer_clear_lost(c->kv->buf); /* what it holds from here on is rebuilt */
     if (n == 0) return TSL_SUCCESS;
     /* decode reads its tokens from the history it writes: the same entries,
-     * rewritten with the same values, one batch behind the reads. Only the
-     * last token's logits are kept, whatever logits_all says: a whole
-     * history's worth would be n_ctx x n_vocab floats. */
+     * rewritten with the same values, one batch behind the reads; batch by
+     * batch as they first ran (hbatch). Only the last token's logits are
+     * kept, whatever logits_all says: a whole history's worth would be
+     * n_ctx x n_vocab floats. */
     const bool all = c->p.logits_all;
     c->p.logits_all = false;
-    tsl_status s = tsl_llm_decode(c, c->history, n, err);
+    tsl_status s = TSL_SUCCESS;
+    for (int32_t i = 0; i < n && s == TSL_SUCCESS;) {
+        int32_t e = i + 1;
+        while (e < n && !c->hbatch[e]) e++;
+        s = tsl_llm_decode(c, c->history + i, e - i, err);
+        i = e;
+    }
     c->p.logits_all = all;
     if (s != TSL_SUCCESS) {
         c->n_past = n;

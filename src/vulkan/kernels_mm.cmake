@@ -24,6 +24,8 @@ foreach(k
   "mul_mat_vec_f16_f32|mul_mat_vec.comp|A_F16"
   "mul_mat_vec_q8_0_f32|mul_mat_vec.comp|A_Q8_0"
   "mul_mat_vec_q4_0_f32|mul_mat_vec.comp|A_Q4_0"
+  "mul_mat_vecq_q8_0_f32|mul_mat_vecq.comp|A_Q8_0"
+  "mul_mat_vecq_q4_0_f32|mul_mat_vecq.comp|A_Q4_0"
   "mul_mat_vec_q8_0_f32_st|mul_mat_vec.comp|A_Q8_0,STAGED"
   "mul_mat_vec_q4_0_f32_st|mul_mat_vec.comp|A_Q4_0,STAGED"
   "mul_mat_vec_bf16_f32|mul_mat_vec.comp|A_BF16"

@@ -71,6 +71,8 @@
     X(NORM_F32, "norm_f32", 4, 0, 0, 4)                       \
     X(SUM_F32, "sum_f32", 4, 0, 0, 4)                         \
     X(SUM_ROWS_F32, "sum_rows_f32", 4, 0, 0, 4)               \
+    X(QUANTIZE_Q8_F32, "quantize_q8_f32", 0, 4, 0, 4)         \
+    X(RMS_NORM_MUL_F32, "rms_norm_mul_f32", 4, 4, 0, 4)       \
     X(MEAN_F32, "mean_f32", 4, 0, 0, 4)                       \
     X(ARGMAX_F32, "argmax_f32", 4, 0, 0, 4)                   \
     X(CROSS_ENTROPY_LOSS_F32, "cross_entropy_loss_f32", 4, 4, 0, 4) \
@@ -160,6 +162,7 @@ enum {
     VK_CAP_BDA = 1u << 9,          /* PhysicalStorageBufferAddresses */
     VK_CAP_COOPMAT = 1u << 10,     /* CooperativeMatrixKHR */
     VK_CAP_VMM = 1u << 11,         /* VulkanMemoryModel */
+    VK_CAP_DOT = 1u << 12,         /* DotProduct* (integer dot products) */
     VK_CAP_UNKNOWN = 1u << 31,
 };
 
@@ -239,6 +242,8 @@ typedef struct vk_features {
     bool subgroup_basic, subgroup_arith;
     uint32_t subgroup_size;
     bool push_descriptors, timeline_semaphore, cooperative_matrix, device_fault, nv_checkpoints, robustness2;
+    bool int_dot, int_dot_fast; /* shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product); 4x8 signed in hardware */
+    bool exec_stats; /* TSL_VULKAN_PIPELINE_STATS=1 and VK_KHR_pipeline_executable_properties: log each pipeline's statistics */
     bool robust_access; /* robustBufferAccess enabled (checked mode) */
     bool buffer_device_address; /* bufferDeviceAddress, enabled when present */
     bool vulkan_memory_model;   /* vulkanMemoryModel, enabled when present */
@@ -411,6 +416,12 @@ typedef struct vk_exec {
     int index;       /* node index in the graph */
     int kernel;      /* vk_kernel_id */
     VkPipeline pipe;
+    VkPipeline pipe2; /* a kernel dispatched first (the integer-dot mat-vec's column quantizer) */
+    /* fusion (vk_backend.c): rms_norm_mul, the RMS_NORM node this MUL
+     * absorbed (its eps); an integer-dot mat-vec, the ADD it absorbed, whose
+     * other operand (the residual) is rb and whose output is b[3] */
+    const tsl_tensor *fused;
+    vk_bind rb;
     vk_bind b[4];    /* src0, src1, src2, dst; blk NULL: bound to dst as a placeholder */
     double cost_s;   /* the watchdog's allowance for this node */
 } vk_exec;
@@ -431,6 +442,14 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
 bool vk_mm_kernel(int kernel);
 int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CAND]);
 uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]);
+/* The integer-dot mat-vec (VK_MM_VECQ) first quantizes its column into a
+ * scratch range of VK_QSCR_SLOT bytes per command buffer (bound as the
+ * node's binding 2): is kernel such a mat-vec; the scratch bytes node n
+ * needs; the quantizer's push constants and grid (x->b[2] the scratch). */
+#define VK_QSCR_SLOT ((VkDeviceSize)256 << 10)
+bool vk_mm_needs_quant(int kernel);
+uint64_t vk_mm_qscr_bytes(const tsl_tensor *n);
+uint32_t vk_mm_quant_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]);
 /* Shared launch helpers (vk_ops.c): F32 tensor; a type get_rows and mul_mat
  * read as a table; a 64-bit count as a push-constant word; the four strides
  * of t from dimension `from` in es-byte elements; a 1-D grid of `groups`

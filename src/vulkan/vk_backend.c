@@ -137,6 +137,12 @@ typedef struct vk_slot {
     int n_dpools, cur_dpool;
     vk_span spans[VK_MAX_SPANS];
     int n_spans;
+    /* the column the scratch holds quantized (integer-dot mat-vec): its
+     * binding and shape; q_valid until something writes over it */
+    bool q_valid;
+    vk_bind q_src;
+    int64_t q_ne[TSL_MAX_DIMS];
+    size_t q_nb[TSL_MAX_DIMS];
     uint64_t dispatches, barriers;
     double encode_ms;
 } vk_slot;
@@ -173,6 +179,10 @@ struct vk_backend {
     tsl_error pend_err;
     tsl_status last; /* a finished compute's status not yet collected */
     tsl_error last_err;
+
+    /* device scratch: the integer-dot mat-vec's quantized column
+     * (VK_QSCR_SLOT bytes; made on first use, again after a recovery) */
+    vk_buf *qscr;
 
     /* status words kernels write data errors into (host-visible) */
     VkBuffer sbuf;
@@ -369,6 +379,28 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
     }
     x->kernel = id;
     x->pipe = pipe;
+    x->pipe2 = VK_NULL_HANDLE;
+    if (vk_mm_needs_quant(id)) {
+        /* the column quantizer runs first: its failure is this kernel's */
+        const vk_kernel *qk = NULL;
+        x->pipe2 = vk_kernel_get(d, VK_K_QUANTIZE_Q8_F32, &qk);
+        if (!x->pipe2) {
+            vk_kernel_record(be, i, node, VK_K_QUANTIZE_Q8_F32, qk, &rec);
+            backend_kernel_fail(&be->base, kname, &rec);
+            ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
+            return false;
+        }
+        if (!be->qscr || be->qscr->gen != d->gen) {
+            vk_mem_free(d, be->qscr); /* one of a device recovery replaced: a record only */
+            tsl_error aerr;
+            be->qscr = vk_mem_alloc(d, VK_QSCR_SLOT, be->name, &aerr);
+            if (!be->qscr) {
+                ledger_record(TSL_ALLOC_FAILED, i, node, "the scratch of %s (%llu bytes) for kernel '%s': %s",
+                              be->name, (unsigned long long)VK_QSCR_SLOT, kname, aerr.message);
+                return false;
+            }
+        }
+    }
     return true;
 }
 
@@ -408,6 +440,126 @@ static int vk_resolve(vk_backend *be, tsl_graph *g, uint64_t compute) {
     return ne;
 }
 
+/* ---- fusion ------------------------------------------------------------------- */
+
+/* Is t a plain F32 row of n values (a norm's weight: one row, broadcast)? */
+static bool vk_is_weight_row(const tsl_tensor *t, int64_t n) {
+    return t && t->type == TSL_TYPE_F32 && t->ne[0] == n && t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1;
+}
+
+/* Same shape and strides? */
+static bool vk_same_layout(const tsl_tensor *a, const tsl_tensor *b) {
+    return memcmp(a->ne, b->ne, sizeof a->ne) == 0 && memcmp(a->nb, b->nb, sizeof a->nb) == 0;
+}
+
+/* Can execs k, k + 1 be one dispatch: 1 mul(rms_norm(x), w) (rms_norm_mul),
+ * 2 add(r, the integer-dot mat-vec's result) in either order (the mat-vec
+ * adds r as it stores); 0 no. Whether the first node's output is read by
+ * anything else is asked apart (vk_fuse). */
+static int vk_fusable(const vk_exec *x, const vk_exec *y) {
+    const tsl_tensor *a = x->node, *b = y->node;
+    if ((a->flags & TSL_FLAG_OUTPUT) || a->type != TSL_TYPE_F32 || b->type != TSL_TYPE_F32) return 0;
+    if (a->op == TSL_OP_RMS_NORM && b->op == TSL_OP_MUL && b->src[0] == a && x->kernel == VK_K_RMS_NORM_F32 &&
+        y->kernel == VK_K_MUL_F32 && vk_is_weight_row(b->src[1], a->ne[0]) && memcmp(b->ne, a->ne, sizeof a->ne) == 0)
+        return 1;
+    if (a->op == TSL_OP_MUL_MAT && x->pipe2 && b->op == TSL_OP_ADD && y->kernel == VK_K_ADD_F32 &&
+        (b->src[0] == a) != (b->src[1] == a)) {
+        const tsl_tensor *r = b->src[0] == a ? b->src[1] : b->src[0];
+        if (r->type == TSL_TYPE_F32 && vk_same_layout(r, a) && vk_same_layout(b, a)) return 2;
+    }
+    return 0;
+}
+
+/* Pairs of nodes into one dispatch (vk_fusable) where the first node's
+ * output is read by the second alone and is no graph output (the scheduler
+ * flags tensors other splits read as outputs): the first exec is dropped
+ * (rms_norm_mul) or absorbs the second (a mat-vec storing r + its result).
+ * Off with TSL_VULKAN_FUSE=0. Returns the new number of execs. */
+static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("TSL_VULKAN_FUSE");
+        off = e && strcmp(e, "0") == 0;
+    }
+    if (off || n < 2) return n;
+    vk_device *d = be->dev;
+    /* the candidates' first nodes, in a small open-addressed set with their
+     * use counts */
+    enum { SET = 1024 };
+    const tsl_tensor *keys[SET];
+    int uses[SET], nc = 0;
+    memset(keys, 0, sizeof keys);
+    for (int k = 0; k + 1 < n && nc < SET / 2; k++) {
+        if (!vk_fusable(&be->exec[k], &be->exec[k + 1])) continue;
+        const tsl_tensor *t = be->exec[k].node;
+        size_t h = ((uintptr_t)t >> 4) % SET;
+        while (keys[h]) h = (h + 1) % SET;
+        keys[h] = t;
+        uses[h] = 0;
+        nc++;
+    }
+    if (nc == 0) return n;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const tsl_tensor *t = g->nodes[i];
+        if (!t) continue;
+        for (int j = 0; j <= TSL_MAX_SRC; j++) {
+            const tsl_tensor *r = j < TSL_MAX_SRC ? t->src[j] : t->view_src;
+            if (!r || (r->op != TSL_OP_RMS_NORM && r->op != TSL_OP_MUL_MAT)) continue;
+            for (size_t h = ((uintptr_t)r >> 4) % SET; keys[h]; h = (h + 1) % SET)
+                if (keys[h] == r) {
+                    uses[h]++;
+                    break;
+                }
+        }
+    }
+    const vk_kernel *fk = NULL;
+    VkPipeline nm_pipe = VK_NULL_HANDLE;
+    int w = 0;
+    for (int k = 0; k < n; k++) {
+        vk_exec *x = &be->exec[k];
+        int kind = k + 1 < n ? vk_fusable(x, &be->exec[k + 1]) : 0;
+        if (kind) {
+            bool once = false;
+            for (size_t h = ((uintptr_t)x->node >> 4) % SET; keys[h]; h = (h + 1) % SET)
+                if (keys[h] == x->node) {
+                    once = uses[h] == 1;
+                    break;
+                }
+            if (!once) kind = 0;
+        }
+        if (kind == 1 && !nm_pipe && d->k[VK_K_RMS_NORM_MUL_F32].runnable)
+            nm_pipe = vk_kernel_get(d, VK_K_RMS_NORM_MUL_F32, &fk);
+        if (kind == 1 && nm_pipe) {
+            /* the MUL takes the norm's place: x from the norm, w and the
+             * output its own */
+            vk_exec m = be->exec[k + 1];
+            m.kernel = VK_K_RMS_NORM_MUL_F32;
+            m.pipe = nm_pipe;
+            m.fused = x->node;
+            m.b[0] = x->b[0];
+            m.cost_s += x->cost_s;
+            be->exec[w++] = m;
+            k++;
+            continue;
+        }
+        if (kind == 2) {
+            /* the mat-vec stores into the ADD's output, adding r */
+            const vk_exec *y = &be->exec[k + 1];
+            vk_exec m = *x;
+            m.fused = y->node;
+            m.rb = y->b[y->node->src[0] == x->node ? 1 : 0];
+            m.b[VK_BIND_DST] = y->b[VK_BIND_DST];
+            m.cost_s += y->cost_s;
+            be->exec[w++] = m;
+            k++;
+            continue;
+        }
+        if (w != k) be->exec[w] = *x;
+        w++;
+    }
+    return w;
+}
+
 /* ---- encoding ----------------------------------------------------------------- */
 
 static void vk_barrier(VkCommandBuffer cb, VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage,
@@ -439,6 +591,9 @@ static void vk_track(vk_slot *sl, const vk_exec *x) {
         if (!x->b[j].blk) continue;
         sl->spans[sl->n_spans++] = (vk_span){x->b[j].blk, x->b[j].lo, x->b[j].hi, j == VK_BIND_DST};
     }
+    /* a write over the column the scratch holds quantized: stale */
+    const vk_bind *w = &x->b[VK_BIND_DST];
+    if (sl->q_valid && w->blk == sl->q_src.blk && w->lo < sl->q_src.hi && sl->q_src.lo < w->hi) sl->q_valid = false;
 }
 
 /* A descriptor set from the slot's pools (no push descriptors). */
@@ -469,11 +624,13 @@ static VkResult vk_alloc_set(vk_backend *be, vk_slot *sl, VkDescriptorSet *set) 
     }
 }
 
-static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x, VkPipeline *bound) {
+/* One dispatch of pipe over x's bindings: a barrier first where x touches
+ * what an earlier dispatch since the last one wrote (or writes what it
+ * read). */
+static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x, VkPipeline pipe, const uint32_t *pc,
+                                   uint32_t pcsize, const uint32_t grid[3], VkPipeline *bound) {
     vk_device *d = be->dev;
     VkCommandBuffer cb = sl->cb;
-    uint32_t pc[VK_PC_WORDS], grid[3];
-    uint32_t pcsize = vk_op_params(d, x, pc, grid);
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return VK_SUCCESS;
     if (vk_hazard(sl, x)) {
         vk_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
@@ -482,9 +639,9 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x, Vk
         sl->barriers++;
     }
     vk_track(sl, x);
-    if (*bound != x->pipe) {
-        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, x->pipe);
-        *bound = x->pipe;
+    if (*bound != pipe) {
+        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+        *bound = pipe;
     }
     VkDescriptorBufferInfo bi[VK_NBIND];
     VkWriteDescriptorSet w[VK_NBIND];
@@ -518,6 +675,44 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x, Vk
     return VK_SUCCESS;
 }
 
+static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x, VkPipeline *bound) {
+    vk_device *d = be->dev;
+    uint32_t pc[VK_PC_WORDS], grid[3];
+    if (!x->pipe2) {
+        uint32_t pcsize = vk_op_params(d, x, pc, grid);
+        return vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid, bound);
+    }
+    /* the integer-dot mat-vec: its column quantized into the scratch first,
+     * unless the scratch already holds that column (a product before this
+     * one read the same activations, and nothing wrote them since) */
+    const tsl_tensor *b = x->node->src[1];
+    const vk_buf *q = be->qscr;
+    vk_bind qb = {.blk = q->blk, .off = q->off, .range = q->size, .eoff = 0, .lo = q->off, .hi = q->off + q->size};
+    vk_exec x2 = *x;
+    x2.b[2] = qb;
+    if (x->fused) x2.b[1] = x->rb; /* a fused ADD's residual: the mat-vec does not read b itself */
+    bool have = sl->q_valid && sl->q_src.blk == x->b[1].blk && sl->q_src.off == x->b[1].off &&
+                sl->q_src.eoff == x->b[1].eoff && sl->q_src.lo == x->b[1].lo && sl->q_src.hi == x->b[1].hi &&
+                memcmp(sl->q_ne, b->ne, sizeof sl->q_ne) == 0 && memcmp(sl->q_nb, b->nb, sizeof sl->q_nb) == 0;
+    if (!have) {
+        /* the quantizer: reads the activations (b[1]), writes the scratch */
+        vk_exec xq = *x;
+        xq.b[0] = (vk_bind){0};
+        xq.b[2] = qb;
+        uint32_t pcsize = vk_mm_quant_params(d, &xq, pc, grid);
+        xq.b[2] = (vk_bind){0};
+        xq.b[VK_BIND_DST] = qb;
+        VkResult r = vk_encode_dispatch(be, sl, &xq, x->pipe2, pc, pcsize, grid, bound);
+        if (r != VK_SUCCESS) return r;
+        sl->q_valid = true;
+        sl->q_src = x->b[1];
+        memcpy(sl->q_ne, b->ne, sizeof sl->q_ne);
+        memcpy(sl->q_nb, b->nb, sizeof sl->q_nb);
+    }
+    uint32_t pcsize = vk_op_params(d, &x2, pc, grid);
+    return vk_encode_dispatch(be, sl, &x2, x->pipe, pc, pcsize, grid, bound);
+}
+
 /* Encode slot s (its range of the exec list) into its command buffer. Runs
  * on the calling thread (slot 0) or on worker s - 1. */
 static void vk_encode_slot(vk_backend *be, int s) {
@@ -528,6 +723,7 @@ static void vk_encode_slot(vk_backend *be, int s) {
     ledger_sink_set(&be->ledger);
     sl->dispatches = sl->barriers = 0;
     sl->n_spans = 0;
+    sl->q_valid = false;
     const char *what = "resetting a command pool";
     const vk_exec *at = first;
     VkResult r = vkResetCommandPool(d->dev, sl->pool, 0);
@@ -917,6 +1113,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     ledger_begin(&be->ledger, be->name, be->device);
     ledger_sink_set(&be->ledger);
     int n = vk_resolve(be, g, compute);
+    if (!ledger_failed(&be->ledger)) n = vk_fuse(be, g, n);
     ledger_sink_clear(); /* lookups after this land in no sink and are only logged */
     atomic_store_explicit(&be->base.resolve_ns, vk_now_ns() - tr, memory_order_relaxed);
     be->n_exec = n;
@@ -1510,6 +1707,11 @@ static void vk_free(tsl_backend *b) {
                  be->device);
     } else {
         vk_backend_objects_drop(be, NULL);
+    }
+    if (be->qscr) {
+        if (clean) vk_mem_free(d, be->qscr);
+        else free(be->qscr); /* its memory stays with the unfinished work */
+        be->qscr = NULL;
     }
     for (int s = 0; s < VK_MAX_CB; s++) free(be->slots[s].dpools);
     pthread_mutex_lock(&d->blist_lock);

@@ -386,6 +386,18 @@ static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *inf
     f->device_fault = vk_has_ext(exts, ne, VK_EXT_DEVICE_FAULT_EXTENSION_NAME);
     f->nv_checkpoints = vk_has_ext(exts, ne, VK_NV_DEVICE_DIAGNOSTIC_CHECKPOINTS_EXTENSION_NAME);
     f->robustness2 = vk_has_ext(exts, ne, VK_EXT_ROBUSTNESS_2_EXTENSION_NAME);
+    if (vk_has_ext(exts, ne, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME)) {
+        VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR qd = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+        VkPhysicalDeviceFeatures2 qf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &qd};
+        vkGetPhysicalDeviceFeatures2(pd, &qf);
+        VkPhysicalDeviceShaderIntegerDotProductPropertiesKHR pd4 = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES_KHR};
+        VkPhysicalDeviceProperties2 pp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &pd4};
+        vkGetPhysicalDeviceProperties2(pd, &pp);
+        f->int_dot = qd.shaderIntegerDotProduct;
+        f->int_dot_fast = f->int_dot && pd4.integerDotProduct4x8BitPackedSignedAccelerated;
+    }
     free(exts);
     if (f->cooperative_matrix) vk_query_coopmat(pd, f);
 
@@ -418,6 +430,8 @@ static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *inf
     info->device_fault = f->device_fault;
     info->nv_checkpoints = f->nv_checkpoints;
     info->robustness2 = f->robustness2;
+    info->integer_dot = f->int_dot;
+    info->integer_dot_fast = f->int_dot_fast;
     info->buffer_device_address = f->buffer_device_address;
 }
 
@@ -687,6 +701,10 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
     if (d->f.push_descriptors && vk_env_on("TSL_VULKAN_NO_PUSH_DESCRIPTORS")) d->f.push_descriptors = false;
     if (d->f.push_descriptors) exts[n_exts++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
     if (d->f.device_fault) exts[n_exts++] = VK_EXT_DEVICE_FAULT_EXTENSION_NAME;
+    /* TSL_VULKAN_CHECKPOINTS=0: no NV checkpoint before each dispatch (to
+     * measure what they cost; a loss then names no node) */
+    if (d->f.nv_checkpoints && getenv("TSL_VULKAN_CHECKPOINTS") && strcmp(getenv("TSL_VULKAN_CHECKPOINTS"), "0") == 0)
+        d->f.nv_checkpoints = false;
     if (d->f.nv_checkpoints) exts[n_exts++] = VK_NV_DEVICE_DIAGNOSTIC_CHECKPOINTS_EXTENSION_NAME;
     bool checked = vk_env_on("TSL_VULKAN_CHECKED");
     bool robust2 = checked && d->f.robustness2;
@@ -704,6 +722,23 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
         d->info.cooperative_matrix = false;
     }
     if (d->f.cooperative_matrix) exts[n_exts++] = "VK_KHR_cooperative_matrix";
+    if (d->f.int_dot && vk_env_on("TSL_VULKAN_NO_INTEGER_DOT")) d->f.int_dot = d->info.integer_dot = false;
+    if (d->f.int_dot) exts[n_exts++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    /* TSL_VULKAN_PIPELINE_STATS=1: the driver's statistics of each pipeline
+     * it builds (registers, local memory, ...), logged; a tuning aid */
+    d->f.exec_stats = vk_env_on("TSL_VULKAN_PIPELINE_STATS") && n_exts < 8;
+    if (d->f.exec_stats) {
+        uint32_t nx = 0;
+        VkExtensionProperties *xs = NULL;
+        bool has = false;
+        if (vkEnumerateDeviceExtensionProperties(pd, NULL, &nx, NULL) == VK_SUCCESS && nx > 0 &&
+            (xs = calloc(nx, sizeof *xs)) && vkEnumerateDeviceExtensionProperties(pd, NULL, &nx, xs) == VK_SUCCESS)
+            has = vk_has_ext(xs, nx, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+        free(xs);
+        d->f.exec_stats = has;
+        if (has) exts[n_exts++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
+        else TSL_LOGW("vulkan: TSL_VULKAN_PIPELINE_STATS: the device has no VK_KHR_pipeline_executable_properties");
+    }
 
     VkPhysicalDeviceFeatures2 avail2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     vkGetPhysicalDeviceFeatures2(pd, &avail2);
@@ -732,6 +767,20 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
     if (d->f.cooperative_matrix) {
         *tail = &fcm;
         tail = &fcm.pNext;
+    }
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR fdot = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
+        .shaderIntegerDotProduct = VK_TRUE};
+    if (d->f.int_dot) {
+        *tail = &fdot;
+        tail = &fdot.pNext;
+    }
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR fexe = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        .pipelineExecutableInfo = VK_TRUE};
+    if (d->f.exec_stats) {
+        *tail = &fexe;
+        tail = &fexe.pNext;
     }
     if (d->f.device_fault) {
         /* the feature struct is needed only when the extension is enabled */

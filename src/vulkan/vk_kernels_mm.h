@@ -27,6 +27,12 @@
  *          shape
  *   CMEMU  the same kernel with the matrix operations emulated: runs
  *          anywhere, chosen only when forced (tests of the tiling)
+ *   VECQ   mul_mat_vecq.comp, Q8_0 / Q4_0 weights times one column with
+ *          4x8-bit integer dot products, the column quantized to Q8_0 in
+ *          shared memory first (as the CPU does): {W, S, R, LPB lanes per
+ *          block, U steps loaded ahead, KB blocks of K it holds}; the
+ *          default for one column where the device has
+ *          VK_KHR_shader_integer_dot_product
  *
  * Several kernels share one SPIR-V (blob) and differ only in their
  * specialization constants: that is how a device is tuned (the variants
@@ -45,7 +51,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU };
+enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
 
 /* One mat-vec variant: weight type t ("tn" in names, e its esize), F32
  * activations; spec {W, S, R, Q, U}, 0 for the shader's default (U: 4 for
@@ -105,6 +111,32 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU };
     VK_MM_VS(Y, X, Q4_0, "q4_0", _st_w256k8, 256, 8, 1)       \
     VK_MM_VECQ_TEAM(Y, X, Q4_0, "q4_0")
 
+/* The integer-dot mat-vec of a block type: spec {W, S, R, LPB, U, KB};
+ * KB 512 holds K up to 16384 (20 KiB of shared memory). A lane reads 16 / LPB
+ * (Q4_0) or 32 / LPB (Q8_0) quant bytes of a block, 8 or 16. */
+#define VK_MM_Q(Y, X, t, tn, sfx, w, s, r, lpb, u)                                                          \
+    Y(X, MUL_MAT_VECQ_##t##sfx, "mul_mat_vecq_" tn "_f32" #sfx, 2, 4, "mul_mat_vecq_" tn "_f32", VECQ, t, F32, w, \
+      s, r, lpb, u, 512)
+/* ... reading the quantized column through the caches, unstaged (KB bit 16) */
+#define VK_MM_QD(Y, X, t, tn, sfx, w, s, r, lpb, u)                                                         \
+    Y(X, MUL_MAT_VECQ_##t##sfx, "mul_mat_vecq_" tn "_f32" #sfx, 2, 4, "mul_mat_vecq_" tn "_f32", VECQ, t, F32, w, \
+      s, r, lpb, u, 0x10000)
+#define VK_MM_VECQQ_SET(Y, X, t, tn, l8, l16)                 \
+    VK_MM_Q(Y, X, t, tn, , 128, 4, 2, l16, 4)                 \
+    VK_MM_Q(Y, X, t, tn, _q8, 128, 4, 2, l8, 4)               \
+    VK_MM_Q(Y, X, t, tn, _r1, 128, 4, 1, l8, 4)               \
+    VK_MM_Q(Y, X, t, tn, _r4, 128, 4, 4, l8, 4)               \
+    VK_MM_Q(Y, X, t, tn, _u2, 128, 4, 2, l8, 2)               \
+    VK_MM_Q(Y, X, t, tn, _u8, 128, 4, 2, l8, 8)               \
+    VK_MM_Q(Y, X, t, tn, _w256, 256, 8, 2, l8, 4)             \
+    VK_MM_Q(Y, X, t, tn, _w256r4, 256, 8, 4, l8, 4)           \
+    VK_MM_Q(Y, X, t, tn, _w64, 64, 2, 2, l8, 4)               \
+    VK_MM_Q(Y, X, t, tn, _w128s1, 128, 1, 2, l8, 4)           \
+    VK_MM_QD(Y, X, t, tn, _d, 128, 4, 2, l16, 4)              \
+    VK_MM_QD(Y, X, t, tn, _d8, 128, 4, 2, l8, 4)              \
+    VK_MM_QD(Y, X, t, tn, _dr4, 128, 4, 4, l16, 4)            \
+    VK_MM_QD(Y, X, t, tn, _dw256, 256, 8, 2, l16, 4)
+
 /* The staged small-N kernel of a block type (8 columns): {W, S, R} = {w, 2,
  * 2} for its team fallback, KS | PF << 8 for the staged part; the default
  * (no suffix) is the team kernel alone, as for one column. */
@@ -140,6 +172,8 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU };
     VK_MM_VECF_SET(Y, X, F16, "f16", 2)                                                                          \
     VK_MM_VECQ8_SET(Y, X)                                                                                        \
     VK_MM_VECQ4_SET(Y, X)                                                                                        \
+    VK_MM_VECQQ_SET(Y, X, Q8_0, "q8_0", 4, 2)                                                                    \
+    VK_MM_VECQQ_SET(Y, X, Q4_0, "q4_0", 2, 1)                                                                    \
     VK_MM_V(Y, X, BF16, "bf16", 2, , 128, 4, 2, 2, 0)                                                            \
     VK_MM_V(Y, X, BF16, "bf16", 2, _w128s1r2, 128, 1, 2, 2, 0)                                                   \
     Y(X, MUL_MAT_VEC_F16_F16, "mul_mat_vec_f16_f16", 2, 2, "mul_mat_vec_f16_f16", VEC, F16, F16, 128, 4, 2, 2, 0, 0) \

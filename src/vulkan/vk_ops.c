@@ -414,6 +414,21 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = (x->kernel == VK_K_RMS_NORM_F32 || x->kernel == VK_K_NORM_F32) ? f2u(op_get_f32(n, 0)) : 0;
         vk_grid(d, (uint64_t)tsl_nrows(a), grid);
         break;
+    case VK_K_RMS_NORM_MUL_F32: {
+        /* mul(rms_norm(x), w) fused (vk_backend.c): x is the norm's source,
+         * bound at 0; w the MUL's second source, at 1 */
+        const tsl_tensor *xt = x->fused->src[0];
+        p = put_ne(p, xt);
+        p = vk_put_strides(p, xt, 4, 0);
+        p = vk_put_strides(p, n, 4, 0);
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[3].eoff;
+        *p++ = x->b[1].eoff;
+        *p++ = vk_u32((int64_t)(b->nb[0] / 4));
+        *p++ = f2u(op_get_f32(x->fused, 0));
+        vk_grid(d, (uint64_t)tsl_nrows(xt), grid);
+        break;
+    }
     case VK_K_SOFT_MAX_F32:
     case VK_K_SOFT_MAX_F32_MASK_F32:
     case VK_K_SOFT_MAX_F32_MASK_F16: {

@@ -4,9 +4,10 @@
  *
  * The choice, by the node's shape and the device:
  *   N == 1         mat-vec (mul_mat_vec_*): decode, bound by the weights'
- *                  bytes; for Q8_0 / Q4_0 the staged kernel, whose launch
- *                  says in flags the widest unit (16, 8, 4 bytes) the rows
- *                  are made of (none: it runs as the team kernel)
+ *                  bytes; for Q8_0 / Q4_0 first the integer-dot kernel
+ *                  (mul_mat_vecq_*: the column quantized to Q8_0 as on the
+ *                  CPU; K up to 16384, devices with 4x8-bit dot products),
+ *                  then the team kernel (F32 activations)
  *   N = 2..8       the same kernel carrying 8 columns (mul_mat_vecn_*):
  *                  each weight read once for every column
  *   N > 8, F16     cooperative matrices (mul_mat_cm_*) where the device
@@ -90,6 +91,9 @@ static uint32_t vk_mm_shared(const vk_mm_info *v) {
     switch (v->family) {
     case VK_MM_VEC: return 4u * s[0] * s[2] + (vk_mm_staged(v) ? vk_mm_staged_shared(v, 1) : 0u);
     case VK_MM_VECN: return 4u * s[0] * s[2] * VK_MM_NC + (vk_mm_staged(v) ? vk_mm_staged_shared(v, VK_MM_NC) : 0u);
+    /* the team sums, the quantized column (32 bytes a block) and its scales
+     * and sums (8) */
+    case VK_MM_VECQ: return 4u * s[0] * s[2] + ((s[5] >> 16) ? 0u : 40u * s[5]);
     case VK_MM_CM:
     case VK_MM_CMEMU: {
         /* s[5]: BK, + 256 for one staging buffer instead of two */
@@ -142,6 +146,17 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
             if (q == 0 || qw % q != 0 || t % (qw / q) != 0) return false;
         }
         return true;
+    }
+    case VK_MM_VECQ: {
+        /* {W, S, R, LPB, U, KB}: a lane reads 8 or 16 quant bytes, whole
+         * blocks fit the team, K fits the shared column */
+        const uint32_t s = v->spec[1], r = v->spec[2], lpb = v->spec[3], kb = v->spec[5];
+        const uint32_t qbb = v->type == TSL_TYPE_Q8_0 ? 32u : 16u;
+        if (N != 1 || !d->f.int_dot || s == 0 || r == 0 || w % s != 0 || lpb == 0 || v->spec[4] == 0) return false;
+        if (qbb % lpb != 0 || (qbb / lpb != 8u && qbb / lpb != 16u)) return false;
+        const uint32_t t = w / s;
+        if (t % lpb != 0 || r > t) return false;
+        return ((kb >> 16) || a->ne[0] / 32 <= (int64_t)kb) && vk_mm_qscr_bytes(n) <= VK_QSCR_SLOT;
     }
     case VK_MM_CM:
         if (!d->f.cooperative_matrix || !vk_mm_has_f16_shape(d) || d->f.subgroup_size != 32) return false;
@@ -215,6 +230,12 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
     const int tiled = f[0], vec = f[1], vecn = f[2];
     const int64_t N = b->ne[1];
     int k = 0;
+    /* block weights, one column: integer dot products where the device has
+     * them, else the float team kernel */
+    const int vecq = t == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_VECQ_Q8_0 : t == TSL_TYPE_Q4_0 ? VK_K_MUL_MAT_VECQ_Q4_0 : -1;
+    if (N == 1 && bt == TSL_TYPE_F32 && vecq >= 0 && vk_mm_applies(d, vecq, n) && d->k[vecq].runnable &&
+        d->k[VK_K_QUANTIZE_Q8_F32].runnable)
+        cand[k++] = vecq;
     if (N == 1 && vk_mm_applies(d, vec, n)) {
         cand[k++] = vec;
     } else if (N <= VK_MM_NC && vk_mm_applies(d, vecn, n)) {
@@ -247,9 +268,25 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
     return k;
 }
 
+/* ---- the integer-dot mat-vec's quantized column ------------------------------------ */
+
+bool vk_mm_needs_quant(int kernel) {
+    const vk_mm_info *v = vk_mm_info_of(kernel);
+    return v && v->family == VK_MM_VECQ;
+}
+
+/* Words of one column: quants (8 a block), then scale and sum (2), rounded
+ * up to 16 bytes; times b's batches. */
+static uint64_t vk_mm_qcol_words(int64_t K) { return ((uint64_t)(K / 32) * 10u + 3u) / 4u * 4u; }
+
+uint64_t vk_mm_qscr_bytes(const tsl_tensor *n) {
+    const tsl_tensor *b = n->src[1];
+    return 4u * vk_mm_qcol_words(b->ne[0]) * (uint64_t)b->ne[2] * (uint64_t)b->ne[3];
+}
+
 /* ---- launch --------------------------------------------------------------------- */
 
-enum { VK_MM_A_WIDE = 1, VK_MM_B_WIDE = 2, VK_MM_D_WIDE = 4, VK_MM_A_U16 = 8, VK_MM_A_U8 = 16, VK_MM_A_U4 = 32 };
+enum { VK_MM_A_WIDE = 1, VK_MM_B_WIDE = 2, VK_MM_D_WIDE = 4, VK_MM_A_U16 = 8, VK_MM_A_U8 = 16, VK_MM_A_U4 = 32, VK_MM_RES = 64 };
 
 /* The widest unit (16, 8 or 4 bytes) that every weight row of a block-type
  * node starts at and spans a whole number of, for the staged mat-vec's
@@ -308,12 +345,23 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         uint32_t u = vk_mm_row_unit(&x->b[0], a);
         flags |= u == 16 ? VK_MM_A_U16 : u == 8 ? VK_MM_A_U8 : u == 4 ? VK_MM_A_U4 : 0u;
     }
+    uint32_t *flags_at = p;
     *p++ = flags;
+    if (v && v->family == VK_MM_VECQ) {
+        /* the quantized column: binding 2 (the scratch), words; a fused
+         * ADD's residual at binding 1 (the encoder binds it there) */
+        *p++ = x->b[2].eoff;
+        *p++ = vk_u32((int64_t)(vk_mm_qscr_bytes(n) / 4 / ((uint64_t)b->ne[2] * (uint64_t)b->ne[3])));
+        const bool res = x->fused && x->fused->op == TSL_OP_ADD;
+        *p++ = res ? x->b[1].eoff : 0u;
+        if (res) *flags_at |= VK_MM_RES;
+    }
 
     uint64_t batches = (uint64_t)b->ne[2] * (uint64_t)b->ne[3];
     switch (v ? v->family : VK_MM_TILED) {
     case VK_MM_VEC:
-    case VK_MM_VECN: {
+    case VK_MM_VECN:
+    case VK_MM_VECQ: {
         /* teams x rows per team; the staged kernel W / KS rows (where the
          * rows are aligned for it, else it runs as the team kernel) */
         uint64_t rows = (uint64_t)v->spec[1] * v->spec[2];
@@ -336,4 +384,22 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     }
     grid[2] = (uint32_t)batches;
     return (uint32_t)((p - pc) * sizeof *pc);
+}
+
+uint32_t vk_mm_quant_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]) {
+    const tsl_tensor *b = x->node->src[1];
+    memset(pc, 0, VK_PC_WORDS * sizeof *pc);
+    const int64_t K = b->ne[0];
+    pc[0] = vk_u32(K);
+    pc[1] = vk_u32((int64_t)(b->nb[0] / 4));
+    pc[2] = vk_u32((int64_t)(b->nb[2] / 4));
+    pc[3] = vk_u32((int64_t)(b->nb[3] / 4));
+    pc[4] = vk_u32(b->ne[2]);
+    pc[5] = x->b[1].eoff;
+    pc[6] = x->b[2].eoff;
+    pc[7] = vk_u32((int64_t)vk_mm_qcol_words(K));
+    pc[8] = b->nb[0] == 4 && vk_mm_aligned(&x->b[1], b, 4, 1, 4) ? VK_MM_B_WIDE : 0u;
+    vk_grid(d, (uint64_t)(K / 32 + 7) / 8, grid);
+    grid[2] = (uint32_t)((uint64_t)b->ne[2] * (uint64_t)b->ne[3]);
+    return 9u * sizeof *pc;
 }

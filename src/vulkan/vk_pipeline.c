@@ -76,6 +76,7 @@ static uint32_t spv_cap_bit(uint32_t cap) {
     case 5345: return VK_CAP_VMM;                       /* VulkanMemoryModel */
     case 5347: return VK_CAP_BDA;                       /* PhysicalStorageBufferAddresses */
     case 6022: return VK_CAP_COOPMAT;                   /* CooperativeMatrixKHR */
+    case 6016: case 6017: case 6018: case 6019: return VK_CAP_DOT; /* DotProduct* */
     default: return VK_CAP_UNKNOWN;
     }
 }
@@ -103,6 +104,39 @@ static bool spv_scan(const uint32_t *w, size_t bytes, uint32_t *caps, char *name
     return true;
 }
 
+/* The driver's statistics of a pipeline, one log line (TSL_VULKAN_PIPELINE_STATS). */
+static void vk_log_pipeline_stats(const vk_device *d, VkPipeline pipe, const char *name) {
+    PFN_vkGetPipelineExecutableStatisticsKHR get =
+        (PFN_vkGetPipelineExecutableStatisticsKHR)vkGetDeviceProcAddr(d->dev, "vkGetPipelineExecutableStatisticsKHR");
+    if (!get) return;
+    VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, .pipeline = pipe};
+    VkPipelineExecutableStatisticKHR st[24];
+    uint32_t n = 24;
+    for (uint32_t i = 0; i < n; i++) st[i] = (VkPipelineExecutableStatisticKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
+    VkResult r = get(d->dev, &ei, &n, st);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) return;
+    char line[1024];
+    int len = snprintf(line, sizeof line, "vulkan%d: pipeline %s:", d->index, name);
+    for (uint32_t i = 0; i < n && len < (int)sizeof line - 64; i++) {
+        const VkPipelineExecutableStatisticKHR *s = &st[i];
+        switch (s->format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+            len += snprintf(line + len, sizeof line - (size_t)len, " %s=%u;", s->name, (unsigned)s->value.b32);
+            break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+            len += snprintf(line + len, sizeof line - (size_t)len, " %s=%lld;", s->name, (long long)s->value.i64);
+            break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+            len += snprintf(line + len, sizeof line - (size_t)len, " %s=%llu;", s->name, (unsigned long long)s->value.u64);
+            break;
+        default:
+            len += snprintf(line + len, sizeof line - (size_t)len, " %s=%g;", s->name, s->value.f64);
+            break;
+        }
+    }
+    TSL_LOGI("%s", line);
+}
+
 static uint32_t vk_device_caps(const vk_device *d) {
     uint32_t c = 0;
     if (d->f.storage_16bit) c |= VK_CAP_16BIT_STORAGE;
@@ -117,6 +151,7 @@ static uint32_t vk_device_caps(const vk_device *d) {
     if (d->f.buffer_device_address) c |= VK_CAP_BDA;
     if (d->f.cooperative_matrix && d->f.n_coopmat > 0) c |= VK_CAP_COOPMAT;
     if (d->f.vulkan_memory_model) c |= VK_CAP_VMM;
+    if (d->f.int_dot) c |= VK_CAP_DOT;
     return c;
 }
 
@@ -222,8 +257,10 @@ static void vk_kernel_build(vk_device *d, int id) {
                       .pSpecializationInfo = nme ? &si : NULL},
             .layout = d->layout,
         };
+        if (d->f.exec_stats) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
         r = vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipe);
         if (r != VK_SUCCESS) k->pipe = VK_NULL_HANDLE;
+        else if (d->f.exec_stats) vk_log_pipeline_stats(d, k->pipe, vk_kernel_descs[id].name);
     } else {
         k->module = VK_NULL_HANDLE;
     }

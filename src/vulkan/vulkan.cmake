@@ -65,6 +65,8 @@ message(STATUS "Vulkan backend: on (${Vulkan_LIBRARY}, ${TSL_GLSLC})")
 set(TSL_VK_KERNELS
   "add_f32|eltwise.comp|OP_ADD"
   "sub_f32|eltwise.comp|OP_SUB"
+  "quantize_q8_f32|quant_q8.comp|QUANT_Q8"
+  "rms_norm_mul_f32|rms_norm_mul.comp|RMS_NORM_MUL"
   "mul_f32|eltwise.comp|OP_MUL"
   "div_f32|eltwise.comp|OP_DIV"
   "swiglu_f32|eltwise.comp|OP_SWIGLU"

@@ -134,12 +134,30 @@ static void check_layout(tsl_type type, uint32_t alignment, bool want_file_layou
          * matrix kernels; on a GPU with cooperative matrices those round
          * their inputs to F16: an H200 shows 3e-4 here, lavapipe 1e-6) */
         tsl_llm_clear(g);
+        tsl_llm_clear(c);
         tsl_error err;
+        /* block weights on a device with integer dot products: one token's
+         * products see the activations through Q8_0, as the CPU's do (not
+         * the prompt's matrix kernels): held to the CPU's own bound for
+         * that rounding, against the prompt and against the CPU's tokens
+         * (~1e-2 on lavapipe: the CPU rounds other products differently,
+         * e.g. activations to F16 against the F16 cache) */
+        tsl_vulkan_device_info vi;
+        const bool qdot = type != TSL_TYPE_F32 && tsl_backend_vulkan_info(vk, &vi, NULL) == TSL_SUCCESS &&
+                          vi.integer_dot;
+        double worst = 0, worst_cpu = 0;
         for (int i = 0; i < N_PROMPT; i++) {
             CHECK(tsl_llm_decode(g, PROMPT + i, 1, &err) == TSL_SUCCESS);
+            CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
             double d = rel_diff(tsl_llm_logits(g, -1), lg + (size_t)i * nv, nv);
-            CHECKF(d <= 1e-3, "token %d: %.3g", i, d);
+            double dc = rel_diff(tsl_llm_logits(g, -1), tsl_llm_logits(c, -1), nv);
+            worst = d > worst ? d : worst;
+            worst_cpu = dc > worst_cpu ? dc : worst_cpu;
+            CHECKF(d <= (qdot ? 5e-2 : 1e-3), "token %d: %.3g", i, d);
+            if (qdot) CHECKF(dc <= 5e-2, "token %d against the CPU's: %.3g", i, dc);
         }
+        printf("  %s: tokens one by one vs the prompt %.3g, vs the CPU's tokens %.3g%s\n", tsl_type_name(type), worst,
+               worst_cpu, qdot ? " (activations through Q8_0 on both)" : "");
         free(lg);
         free(lc);
     }
@@ -245,7 +263,11 @@ static void check_recovery(uint32_t alignment, uint64_t want_uploads) {
     const int nv = tsl_model_get_info(m)->n_vocab;
     tsl_error err;
     float *ref = malloc((size_t)nv * sizeof(float));
-    CHECK(tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+    /* the reference in the same steps (the same kernels: with integer dot
+     * products a last token's products quantize their inputs, and a change
+     * in the last float bit of an input could move a quant) */
+    CHECK(tsl_llm_decode(c, PROMPT, 7, &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_decode(c, PROMPT + 7, N_PROMPT - 7, &err) == TSL_SUCCESS);
     memcpy(ref, tsl_llm_logits(c, -1), (size_t)nv * sizeof(float));
     tsl_llm_clear(c);
     CHECK(tsl_llm_decode(c, PROMPT, 7, &err) == TSL_SUCCESS);
@@ -334,7 +356,11 @@ static void test_weight_op_fallback(void) {
     CHECK(tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
     CHECK(tsl_llm_decode(cc, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
     CHECK(llm_ctx_timings(c)->n_host_weights == 0);
-    CHECK(tsl_backend_inject(be, "kernel@name=mul_mat_vec_q8_0_f32,times=1", &err) == TSL_SUCCESS);
+    /* the kernel of one token's Q8_0 products here */
+    tsl_vulkan_device_info vi;
+    const bool qdot = tsl_backend_vulkan_info(be, &vi, NULL) == TSL_SUCCESS && vi.integer_dot;
+    CHECK(tsl_backend_inject(be, qdot ? "kernel@name=mul_mat_vecq_q8_0_f32,times=1" : "kernel@name=mul_mat_vec_q8_0_f32,times=1",
+                             &err) == TSL_SUCCESS);
     for (int i = 0; i < 3; i++) {
         int32_t next = argmax(tsl_llm_logits(cc, -1), nv);
         tsl_status s = tsl_llm_decode(c, &next, 1, &err);

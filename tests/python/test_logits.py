@@ -46,26 +46,26 @@ against the same reference at the issue's prompt lengths 1, 7 and 100, in
 one batch and one token at a time (--batch 1: every decode step reads the
 cache the earlier steps wrote on the device), and 7 also in chunks of 3
 (lavapipe runs kernels on the CPU's cores: 100 tokens in chunks of 3 adds
-time and nothing that --batch 1 does not cover). Its
-kernels keep activations in F32 whatever the weight type (they dequantize
-the weights, and round nothing to Q8_0 or F16 as the CPU's dot path does),
-so every type lands about as close to the reference as F32 does; what is
-left is the F16 KV cache and the GPU's summation order (subgroup and
-shared-memory reductions). The bounds (VK_TOL), against what lavapipe
-shows:
+time and nothing that --batch 1 does not cover). Its matrix kernels keep
+activations in F32 whatever the weight type; its mat-vec kernels for
+Q8_0/Q4_0 weights (one column: every decode step, and the last token's
+output projection) quantize the column to Q8_0 first, as the CPU's dot path
+does, where the device has integer dot products (lavapipe and the H200 do).
+The bounds (VK_TOL), against what lavapipe shows:
 
   F32 + --kv-type f32  1e-5   shows 8.5e-7: the ops alone, summed in
                               another order.
   F32, F16     1e-3   the issue's bound; shows up to 3.1e-4 (the F16 cache).
-  Q8_0, Q4_0   2e-3   shows up to 3.8e-4: the reference dequantizes the
-                      file's weights, and so do the kernels. Far tighter than
-                      the CPU's 5e-2, so a block-format kernel that is off
-                      by a rounding mode fails here.
+  Q8_0, Q4_0   5e-2   the CPU's bound for the same rounding of activations
+                      to Q8_0. That rounding is held to tsl_quantize byte for
+                      byte, and the products to 3e-5 of an exact reference,
+                      by tests/vulkan/test_vk_mulmat.c (mat-vec (int dot)).
 
 The same evals on an NVIDIA H200 (its cooperative-matrix kernels for the
-batched products) stay inside these bounds: F32 with an F32 cache 7.6e-7,
-F16 6.8e-4, Q8_0 9.2e-4, Q4_0 8.8e-4 (worst over the three architectures
-at n = 7 and 100, in one batch and token by token).
+batched products, and F32-activation mat-vec kernels then) stayed inside the
+F32 bounds: F32 with an F32 cache 7.6e-7, F16 6.8e-4, Q8_0 9.2e-4, Q4_0
+8.8e-4 (worst over the three architectures at n = 7 and 100, in one batch
+and token by token).
 
 Whether a Vulkan device is there is asked of `tensile eval --backend
 vulkan` itself; with TSL_REQUIRE_VULKAN=1 (CI) a missing device fails the
@@ -96,7 +96,7 @@ LENGTHS = (1, 7, 100, 160)
 TOL = {"f32": 1e-3, "f16": 3e-3, "q8_0": 5e-2, "q4_0": 5e-2}
 STRICT_TOL = 1e-5  # F32 weights and F32 KV cache on the CPU
 VK_LENGTHS = (1, 7, 100)
-VK_TOL = {"f32": 1e-3, "f16": 1e-3, "q8_0": 2e-3, "q4_0": 2e-3}
+VK_TOL = {"f32": 1e-3, "f16": 1e-3, "q8_0": 5e-2, "q4_0": 5e-2}
 VK_STRICT_TOL = 1e-5  # F32 weights and F32 KV cache on Vulkan
 
 # (variant, type): F32 for every variant (rope scaling, freq factors and tied

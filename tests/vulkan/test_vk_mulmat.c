@@ -95,6 +95,7 @@ static const char *family_name(int f) {
     switch (f) {
     case VK_MM_TILED: return "tiled";
     case VK_MM_VEC: return "mat-vec";
+    case VK_MM_VECQ: return "mat-vec (int dot)";
     case VK_MM_VECN: return "small-N";
     case VK_MM_CM: return "coopmat";
     default: return "coopmat (emulated)";
@@ -107,6 +108,11 @@ static const char *family_name(int f) {
 /* ---- one case ----------------------------------------------------------------- */
 
 static unsigned long long g_seed = 0x6d6d;
+/* TSL_TEST_SEED mixes into the case stream: other shapes and values */
+static void seed_from_env(void) {
+    const char *e = getenv("TSL_TEST_SEED");
+    if (e && *e) g_seed ^= strtoull(e, NULL, 0) * 0x9E3779B97F4A7C15ull;
+}
 
 static int64_t rnd(int64_t lo, int64_t hi) { /* [lo, hi] */
     return lo + (int64_t)(test_rand_u64(&g_seed) % (unsigned long long)(hi - lo + 1));
@@ -118,6 +124,7 @@ typedef struct mmc {
     int64_t a2, a3, r2, r3; /* b has a2 * r2 by a3 * r3 batches */
     int al;                 /* weights: 0 dense, 1 rows 1.. of a taller tensor, 2 rows of a wider tensor */
     int bl;                 /* activations: 0 dense, 1 transposed, 2 one float into a wider tensor */
+    bool bq;                /* the kernel sees each column through Q8_0 (the integer-dot mat-vec) */
 } mmc;
 
 /* Random values rounded through type t: raw bytes for the tensor, the exact
@@ -215,19 +222,36 @@ static tsl_status run_case(const char *force, const mmc *c, double tol_rel, mm_r
         goto done;
     }
     int bad = 0;
+    /* the column the kernel multiplies: as given, or through Q8_0 as the
+     * integer-dot kernels (and the CPU) quantize it */
+    double *col = malloc((size_t)c->K * sizeof *col);
+    float *colf = malloc((size_t)c->K * sizeof *colf);
+    void *colq = malloc(tsl_row_size(TSL_TYPE_Q8_0, c->K + 32));
+    if (!col || !colf || !colq) {
+        snprintf(why, why_n, "out of host memory");
+        free(col), free(colf), free(colq);
+        st = TSL_FAILED;
+        goto done;
+    }
     for (int64_t i3 = 0; i3 < b3; i3++)
         for (int64_t i2 = 0; i2 < b2; i2++)
-            for (int64_t n = 0; n < c->N; n++)
+            for (int64_t n = 0; n < c->N; n++) {
+                for (int64_t k = 0; k < c->K; k++) {
+                    if (c->bl == 1) colf[k] = bv[((i3 * b2 + i2) * c->K + k) * c->N + n];
+                    else if (c->bl == 2) colf[k] = bv[((i3 * b2 + i2) * c->N + n) * pbK + k + 1];
+                    else colf[k] = bv[((i3 * b2 + i2) * c->N + n) * c->K + k];
+                }
+                if (c->bq) {
+                    tsl_quantize(TSL_TYPE_Q8_0, colf, colq, c->K);
+                    tsl_dequantize(TSL_TYPE_Q8_0, colq, colf, c->K);
+                }
+                for (int64_t k = 0; k < c->K; k++) col[k] = colf[k];
                 for (int64_t m = 0; m < c->M; m++) {
                     const float *ar = av + ((((i3 / c->r3) * c->a2 + i2 / c->r2) * pM + m + moff) * pK);
                     double ref = 0, mag = 0;
                     for (int64_t k = 0; k < c->K; k++) {
-                        double bk;
-                        if (c->bl == 1) bk = bv[((i3 * b2 + i2) * c->K + k) * c->N + n];
-                        else if (c->bl == 2) bk = bv[((i3 * b2 + i2) * c->N + n) * pbK + k + 1];
-                        else bk = bv[((i3 * b2 + i2) * c->N + n) * c->K + k];
-                        ref += (double)ar[k] * bk;
-                        mag += fabs((double)ar[k] * bk);
+                        ref += (double)ar[k] * col[k];
+                        mag += fabs((double)ar[k] * col[k]);
                     }
                     double got = ov[((i3 * b2 + i2) * c->N + n) * c->M + m];
                     double e = fabs(got - ref), tol = tol_rel * mag + 1e-30;
@@ -239,6 +263,10 @@ static tsl_status run_case(const char *force, const mmc *c, double tol_rel, mm_r
                     if (e > res->max_err) res->max_err = e;
                     if (e / tol > res->worst) res->worst = e / tol;
                 }
+            }
+    free(col);
+    free(colf);
+    free(colq);
     if (bad) {
         snprintf(why, why_n, "%d values out of tolerance", bad);
         st = TSL_FAILED;
@@ -282,6 +310,7 @@ static int make_cases(int f, tsl_type t, tsl_type bt, mmc *cs) {
         default: c.K = 4096, c.M = 257; break;
         }
         switch (f) {
+        case VK_MM_VECQ: c.bq = true; /* fall through */
         case VK_MM_VEC: c.N = 1; break;
         case VK_MM_VECN: c.N = i == 5 ? 8 : rnd(1, 8); break;
         case VK_MM_TILED: c.N = i == 0 ? 1 : i == 5 ? 3 : rnd(9, 70); break;
@@ -296,8 +325,9 @@ static int make_cases(int f, tsl_type t, tsl_type bt, mmc *cs) {
      * (8 bytes: K 896; 16 with a last step of fewer than KS super-blocks:
      * K 2816; 4 with a last super-block of 2 blocks: K 2112), through views
      * and strided or misaligned activations */
-    if ((f == VK_MM_VEC || f == VK_MM_VECN) && tsl_type_is_quantized(t)) {
-        mmc c = {.type = t, .btype = bt, .a2 = 1, .a3 = 1, .r2 = 1, .r3 = 1, .N = f == VK_MM_VEC ? 1 : rnd(2, 8)};
+    if ((f == VK_MM_VEC || f == VK_MM_VECN || f == VK_MM_VECQ) && tsl_type_is_quantized(t)) {
+        mmc c = {.type = t, .btype = bt, .a2 = 1, .a3 = 1, .r2 = 1, .r3 = 1, .N = f == VK_MM_VECN ? rnd(2, 8) : 1,
+                 .bq = f == VK_MM_VECQ};
         c.K = 896, c.M = rnd(40, 200), c.bl = 1;
         cs[n++] = c;
         c.K = 2816, c.M = rnd(100, 300), c.bl = 0, c.al = 1, c.a2 = 2, c.r2 = 2;
@@ -311,6 +341,7 @@ static int make_cases(int f, tsl_type t, tsl_type bt, mmc *cs) {
 /* Shared memory of a mat-vec variant (vk_ops_mm.c's rule): a variant that
  * needs more than the device has is not available there. */
 static uint32_t vec_shared(const mmk *k) {
+    if (k->family == VK_MM_VECQ) return 4u * k->spec[0] * k->spec[2] + ((k->spec[5] >> 16) ? 0u : 40u * k->spec[5]);
     const uint32_t nc = k->family == VK_MM_VECN ? 8u : 1u;
     uint32_t b = 4u * k->spec[0] * k->spec[2] * nc;
     if (tsl_type_is_quantized(k->type) && k->spec[5])
@@ -348,7 +379,11 @@ static void run_family(int fam) {
                 continue;
             }
         }
-        if ((fam == VK_MM_VEC || fam == VK_MM_VECN) && vec_shared(k) > g_info.max_shared_memory) {
+        if (fam == VK_MM_VECQ && !g_info.integer_dot) {
+            printf("  %-38s not available on this device: no integer dot products\n", k->name);
+            continue;
+        }
+        if ((fam == VK_MM_VEC || fam == VK_MM_VECN || fam == VK_MM_VECQ) && vec_shared(k) > g_info.max_shared_memory) {
             printf("  %-38s not available on this device: needs %u bytes of shared memory\n", k->name, vec_shared(k));
             continue;
         }
@@ -375,6 +410,7 @@ static void run_family(int fam) {
 
 static void test_tiled(void) { run_family(VK_MM_TILED); }
 static void test_vec(void) { run_family(VK_MM_VEC); }
+static void test_vecq(void) { run_family(VK_MM_VECQ); }
 static void test_small_n(void) { run_family(VK_MM_VECN); }
 static void test_coopmat(void) { run_family(VK_MM_CM); }
 static void test_coopmat_emulated(void) { run_family(VK_MM_CMEMU); }
@@ -385,6 +421,9 @@ static void test_large(void) {
     for (int i = 0; i < 6; i++) {
         mmc c = {.type = i < 5 ? types[i] : TSL_TYPE_Q4_0, .btype = TSL_TYPE_F32, .K = 4096,
                  .M = i < 5 ? 4096 : 14336, .N = 1, .a2 = 1, .a3 = 1, .r2 = 1, .r3 = 1};
+        /* block weights on a device with integer dot products: the column
+         * through Q8_0 */
+        c.bq = tsl_type_is_quantized(c.type) && g_info.integer_dot;
         mm_result r = {0, 0};
         char why[600], what[160];
         bool sup;
@@ -393,6 +432,197 @@ static void test_large(void) {
         CHECKF(st == TSL_SUCCESS, "%s: %s", what, why);
         printf("  %-38s max error %.3g (%.0f%% of tolerance)\n", what, r.max_err, 100.0 * r.worst);
     }
+}
+
+/* The column quantizer of the integer-dot mat-vec, byte for byte against
+ * tsl_quantize: with Q8_0 weights that are the identity (row m: quant 1 at
+ * m, scale 1), y[m] = d * q of activation m exactly (one nonzero product,
+ * exact in float), so y must equal the column through Q8_0 and back
+ * exactly (as values: a zero's sign aside). Eight columns (batches) of 4096
+ * values: uniform; spread over 50 binary orders of magnitude; multiples of
+ * a block's step plus halves (the rounding's ties); blocks of one value;
+ * tiny ones (scales that round to 0 in F16) and ones whose scale nears the
+ * F16 top. Not here: activations beyond 127 * 65504, whose scale is inf in
+ * F16: the CPU then gives inf or NaN per block, this kernel NaN wherever a
+ * lane's share of the block is 0. */
+static void quantizer_exact(int layout) {
+    enum { K = 4096, NCOL = 8 };
+    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
+    tsl_tensor *w = tsl_new_tensor_2d(ctx, TSL_TYPE_Q8_0, K, K);
+    /* the column dense and aligned (16-byte loads); stored [1, K, NCOL] and
+     * transposed (dense, but rows not 16-byte units: element loads); stored
+     * [NCOL, K] and permuted (a stride of NCOL between activations) */
+    tsl_tensor *xs = layout == 0 ? tsl_new_tensor_3d(ctx, TSL_TYPE_F32, K, 1, NCOL)
+                     : layout == 1 ? tsl_new_tensor_3d(ctx, TSL_TYPE_F32, 1, K, NCOL)
+                                   : tsl_new_tensor_2d(ctx, TSL_TYPE_F32, NCOL, K);
+    tsl_tensor *x = layout == 0 ? xs : layout == 1 ? tsl_transpose(ctx, xs) : tsl_permute(ctx, xs, 2, 0, 1, 3);
+    tsl_tensor *y = tsl_mul_mat(ctx, w, x);
+    tsl_graph *g = tsl_graph_build(ctx, &y, 1);
+    tsl_error err;
+    tsl_buffer *buf = g ? tsl_buffer_alloc_ctx(g_vk, ctx, &err) : NULL;
+    tsl_block_q8_0 *wq = calloc((size_t)K * (K / 32), sizeof *wq);
+    float *xv = malloc(sizeof(float) * K * NCOL), *want = malloc(sizeof(float) * K * NCOL),
+          *got = malloc(sizeof(float) * K * NCOL);
+    tsl_block_q8_0 *q = malloc(sizeof *q * (K / 32));
+    CHECK(buf && wq && xv && want && got && q);
+    if (!buf || !wq || !xv || !want || !got || !q) goto out;
+    for (int m = 0; m < K; m++) {
+        tsl_block_q8_0 *row = wq + (size_t)m * (K / 32);
+        for (int b = 0; b < K / 32; b++) row[b].d = 0x3c00; /* 1.0 */
+        row[m / 32].qs[m % 32] = 1;
+    }
+    unsigned long long sd = 0x51ull;
+    for (int c = 0; c < NCOL; c++)
+        for (int k = 0; k < K; k++) {
+            float u = test_rand_f(&sd, -1.0f, 1.0f), v;
+            switch (c) {
+            case 0: v = u; break;
+            case 1: v = ldexpf(u, (int)(test_rand_u64(&sd) % 51) - 30); break;
+            case 2: { /* on the quantization grid of a block whose max is 127 * 2^-3, and halfway */
+                int qk = (int)(test_rand_u64(&sd) % 255) - 127;
+                v = k % 32 == 0 ? 127.0f * 0.125f : ((float)qk + (k % 2 ? 0.5f : 0.0f)) * 0.125f;
+                break;
+            }
+            case 3: v = (float)((k / 32) % 7 - 3) * 0.37f; break; /* a block of one value */
+            case 4: v = ldexpf(u, -100); break;
+            case 5: v = ldexpf(u, 22); break; /* a block scale near the F16 top (65504) */
+            case 6: v = k % 3 ? 0.0f : u; break;
+            default: v = u * (float)(k % 32 + 1); break;
+            }
+            xv[(size_t)c * K + k] = v;
+        }
+    for (int c = 0; c < NCOL; c++) {
+        tsl_quantize(TSL_TYPE_Q8_0, xv + (size_t)c * K, q, K);
+        tsl_dequantize(TSL_TYPE_Q8_0, q, want + (size_t)c * K, K);
+    }
+    CHECK(tsl_tensor_set(w, wq, 0, tsl_nbytes(w), &err) == TSL_SUCCESS);
+    if (layout == 2) { /* xs[k][c] */
+        float *t = malloc(sizeof(float) * K * NCOL);
+        CHECK(t != NULL);
+        if (!t) goto out;
+        for (int c = 0; c < NCOL; c++)
+            for (int k = 0; k < K; k++) t[(size_t)k * NCOL + c] = xv[(size_t)c * K + k];
+        CHECK(tsl_tensor_set(xs, t, 0, tsl_nbytes(xs), &err) == TSL_SUCCESS);
+        free(t);
+    } else {
+        CHECK(tsl_tensor_set(xs, xv, 0, tsl_nbytes(xs), &err) == TSL_SUCCESS);
+    }
+    tsl_status st = tsl_backend_graph_compute(g_vk, g, &err);
+    CHECKF(st == TSL_SUCCESS, "compute: %s", err.message);
+    if (st != TSL_SUCCESS) goto out;
+    CHECK(tsl_tensor_get(y, got, 0, tsl_nbytes(y), &err) == TSL_SUCCESS);
+    for (int c = 0; c < NCOL; c++) {
+        int bad = 0, first = -1;
+        for (int k = 0; k < K; k++)
+            if (!(got[(size_t)c * K + k] == want[(size_t)c * K + k]) && bad++ == 0) first = k;
+        CHECKF(bad == 0, "layout %d, column %d: %d of %d values differ from tsl_quantize's (first at %d: got %.9g, want %.9g)", layout, c,
+               bad, K, first, first >= 0 ? got[(size_t)c * K + first] : 0.0, first >= 0 ? want[(size_t)c * K + first] : 0.0);
+    }
+out:
+    free(wq);
+    free(xv);
+    free(want);
+    free(got);
+    free(q);
+    tsl_buffer_free(buf);
+    tsl_ctx_free(ctx);
+}
+
+static void test_vecq_quantizer_exact(void) {
+    if (!g_info.integer_dot) {
+        printf("  not run: the device has no integer dot products\n");
+        return;
+    }
+    for (int layout = 0; layout < 3; layout++) quantizer_exact(layout);
+}
+
+/* The integer-dot mat-vec quantizes its column once into the backend's
+ * scratch and reuses it for the next product of the same column: y1 =
+ * w1 a and y2 = w2 a share one quantization; b = 2 a then takes a's memory
+ * (the graph allocator puts it in place), so y3 = w3 b reads the same bytes
+ * with new values and must quantize again. Each product is checked against
+ * its own column through Q8_0; a stale quantization would give y3 = w3 a,
+ * half the right values. */
+static void test_vecq_column_reuse(void) {
+    if (!g_info.integer_dot) {
+        printf("  not run: the device has no integer dot products\n");
+        return;
+    }
+    const int64_t K = 512, M = 96;
+    tsl_context *wctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
+    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
+    tsl_tensor *w[3];
+    for (int i = 0; i < 3; i++) w[i] = tsl_new_tensor_2d(wctx, TSL_TYPE_Q4_0, K, M);
+    tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, K);
+    x->flags |= TSL_FLAG_INPUT;
+    tsl_tensor *a = tsl_add(ctx, x, x);
+    tsl_tensor *y1 = tsl_mul_mat(ctx, w[0], a);
+    tsl_tensor *y2 = tsl_mul_mat(ctx, w[1], a);
+    tsl_tensor *b = tsl_scale(ctx, a, 2.0f);
+    tsl_tensor *y3 = tsl_mul_mat(ctx, w[2], b);
+    tsl_tensor *outs[3] = {y1, y2, y3};
+    for (int i = 0; i < 3; i++) outs[i]->flags |= TSL_FLAG_OUTPUT;
+    tsl_graph *g = tsl_graph_build(ctx, outs, 3);
+    tsl_error err;
+    tsl_buffer *wbuf = tsl_buffer_alloc_ctx(g_vk, wctx, &err);
+    tsl_gallocr *ga = tsl_gallocr_new(g_vk);
+    CHECK(g && wbuf && ga);
+    if (!g || !wbuf || !ga) goto out;
+    CHECK(tsl_gallocr_alloc_graph(ga, g, &err) == TSL_SUCCESS);
+    /* the case this test is about: b written over a */
+    CHECKF(b->data == a->data, "the allocator did not put b in a's place (a %p, b %p)", a->data, b->data);
+    void *raw[3];
+    float *wv[3], *xv = NULL;
+    for (int i = 0; i < 3; i++) {
+        CHECK(make_values(TSL_TYPE_Q4_0, K * M, 77 + i, 1.0f, &raw[i], &wv[i]));
+        CHECK(tsl_tensor_set(w[i], raw[i], 0, tsl_nbytes(w[i]), &err) == TSL_SUCCESS);
+    }
+    void *xraw;
+    CHECK(make_values(TSL_TYPE_F32, K, 99, 1.0f, &xraw, &xv));
+    CHECK(tsl_tensor_set(x, xv, 0, (size_t)K * sizeof(float), &err) == TSL_SUCCESS);
+    tsl_vulkan_stats vs0, vs1;
+    CHECK(tsl_backend_vulkan_stats(g_vk, &vs0) == TSL_SUCCESS);
+    setenv("TSL_VK_MM_VARIANT", "mul_mat_vecq_q4_0_f32", 1);
+    tsl_status st = tsl_backend_graph_compute(g_vk, g, &err);
+    unsetenv("TSL_VK_MM_VARIANT");
+    /* add, quantize, y1, y2 (the same column), scale, quantize, y3 */
+    CHECK(tsl_backend_vulkan_stats(g_vk, &vs1) == TSL_SUCCESS);
+    CHECKF(vs1.dispatches - vs0.dispatches == 7, "%llu dispatches, want 7",
+           (unsigned long long)(vs1.dispatches - vs0.dispatches));
+    CHECKF(st == TSL_SUCCESS, "compute: %s", err.message);
+    /* the columns through Q8_0: 2x and 4x */
+    float col[2][512], got[96];
+    void *q = malloc(tsl_row_size(TSL_TYPE_Q8_0, K));
+    for (int c = 0; c < 2; c++) {
+        for (int64_t k = 0; k < K; k++) col[c][k] = xv[k] * (c == 0 ? 2.0f : 4.0f);
+        tsl_quantize(TSL_TYPE_Q8_0, col[c], q, K);
+        tsl_dequantize(TSL_TYPE_Q8_0, q, col[c], K);
+    }
+    free(q);
+    for (int i = 0; i < 3 && st == TSL_SUCCESS; i++) {
+        CHECK(tsl_tensor_get(outs[i], got, 0, sizeof(float) * (size_t)M, &err) == TSL_SUCCESS);
+        int bad = 0;
+        for (int64_t m = 0; m < M; m++) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                ref += (double)wv[i][m * K + k] * col[i == 2][k];
+                mag += fabs((double)wv[i][m * K + k] * col[i == 2][k]);
+            }
+            if (!(fabs(got[m] - ref) <= 3e-5 * mag)) bad++;
+        }
+        CHECKF(bad == 0, "y%d: %d of %lld values off their column's product", i + 1, bad, (long long)M);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(raw[i]);
+        free(wv[i]);
+    }
+    free(xraw);
+    free(xv);
+out:
+    tsl_gallocr_free(ga);
+    tsl_buffer_free(wbuf);
+    tsl_ctx_free(ctx);
+    tsl_ctx_free(wctx);
 }
 
 /* Forcing is strict: a forced kernel that does not apply leaves the node
@@ -587,7 +817,10 @@ static void bench_matvec(bench_opts *o, tsl_type t, const bshape *sh, int64_t N,
     double best = 0;
     for (int pass = -1; pass < N_KERNELS; pass++) {
         const mmk *k = pass < 0 ? NULL : &g_kernels[pass];
-        if (k && (k->family != fam || k->type != t || k->btype != TSL_TYPE_F32)) continue;
+        if (k && ((k->family != fam && !(fam == VK_MM_VEC && k->family == VK_MM_VECQ)) || k->type != t ||
+                  k->btype != TSL_TYPE_F32))
+            continue;
+        if (k && k->family == VK_MM_VECQ && !g_info.integer_dot) continue;
         if (k && bench_skip(o, k->name, label)) continue;
         if (k && vec_shared(k) > g_info.max_shared_memory) {
             printf("%-8s %-5s %-26s %-5s %-40s not available: needs %u bytes of shared memory\n",
@@ -760,8 +993,12 @@ int main(int argc, char **argv) {
     } else {
         printf("device: %s (%s), subgroup %u, cooperative matrices %s, %d mul_mat kernels\n", g_info.name,
                g_info.type, g_info.subgroup_size, g_info.cooperative_matrix ? "yes" : "no", N_KERNELS);
+        seed_from_env();
         RUN(test_tiled);
         RUN(test_vec);
+        RUN(test_vecq);
+        RUN(test_vecq_column_reuse);
+        RUN(test_vecq_quantizer_exact);
         RUN(test_small_n);
         RUN(test_coopmat);
         RUN(test_coopmat_emulated);

@@ -53,6 +53,7 @@ int main(void) {
 #include "vulkan/vk_harness.h"
 
 static tsl_backend *g_cpu, *g_vk;
+static bool g_qdot; /* the device has integer dot products: Q8_0/Q4_0 mat-vec quantizes its column */
 
 /* ---- finding a device --------------------------------------------------------- */
 
@@ -525,6 +526,15 @@ typedef struct mm_arg {
     bool b_permuted;
 } mm_arg;
 
+/* mul_mat(w, x) as the device computes it: with block weights of type qt
+ * and one column, on a device with integer dot products, x is seen through
+ * Q8_0 (as on the CPU's dot path); the F32 reference rounds it so too. */
+static tsl_tensor *vkt_mm(tsl_context *ctx, tsl_tensor *w, tsl_type qt, tsl_tensor *x, bool ref) {
+    if (ref && g_qdot && (qt == TSL_TYPE_Q8_0 || qt == TSL_TYPE_Q4_0) && x->ne[1] == 1)
+        x = tsl_dup(ctx, tsl_dup(ctx, x, TSL_TYPE_Q8_0), TSL_TYPE_F32);
+    return tsl_mul_mat(ctx, w, x);
+}
+
 static void build_mul_mat(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
     const mm_arg *a = arg;
     tsl_tensor *w = vkt_weight(ctx, c, a->type, ref, a->K, a->M, a->a2, 1);
@@ -535,7 +545,7 @@ static void build_mul_mat(tsl_context *ctx, vkt_case *c, const void *arg, bool r
     } else {
         x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->K, a->N, a->b2, a->b3);
     }
-    c->out = tsl_mul_mat(ctx, w, x);
+    c->out = vkt_mm(ctx, w, a->type, x, ref);
 }
 
 static void test_mul_mat(void) {
@@ -599,9 +609,9 @@ static void build_block(tsl_context *ctx, vkt_case *c, const void *arg, bool ref
 
     tsl_tensor *x = tsl_get_rows(ctx, tok_embd, tokens); /* [n_embd, nt] */
     tsl_tensor *h = tsl_mul(ctx, tsl_rms_norm(ctx, x, 1e-5f), attn_norm);
-    tsl_tensor *q = tsl_reshape_3d(ctx, tsl_mul_mat(ctx, wq, h), hd, a->n_head, nt);
-    tsl_tensor *k = tsl_reshape_3d(ctx, tsl_mul_mat(ctx, wk, h), hd, a->n_head_kv, nt);
-    tsl_tensor *v = tsl_reshape_3d(ctx, tsl_mul_mat(ctx, wv, h), hd, a->n_head_kv, nt);
+    tsl_tensor *q = tsl_reshape_3d(ctx, vkt_mm(ctx, wq, a->wtype, h, ref), hd, a->n_head, nt);
+    tsl_tensor *k = tsl_reshape_3d(ctx, vkt_mm(ctx, wk, a->wtype, h, ref), hd, a->n_head_kv, nt);
+    tsl_tensor *v = tsl_reshape_3d(ctx, vkt_mm(ctx, wv, a->wtype, h, ref), hd, a->n_head_kv, nt);
     tsl_rope_params rp = tsl_rope_default((int)hd);
     rp.mode = TSL_ROPE_NEOX;
     q = tsl_rope(ctx, q, pos, NULL, &rp);
@@ -617,11 +627,75 @@ static void build_block(tsl_context *ctx, vkt_case *c, const void *arg, bool ref
     tsl_tensor *kqv = tsl_mul_mat(ctx, vt, kq);                       /* [hd, nt, n_head] */
     tsl_tensor *o = tsl_cont(ctx, tsl_permute(ctx, kqv, 0, 2, 1, 3)); /* [hd, n_head, nt] */
     o = tsl_reshape_2d(ctx, o, a->n_embd, nt);
-    x = tsl_add(ctx, x, tsl_mul_mat(ctx, wo, o));
+    x = tsl_add(ctx, x, vkt_mm(ctx, wo, a->wtype, o, ref));
     h = tsl_mul(ctx, tsl_rms_norm(ctx, x, 1e-5f), ffn_norm);
-    tsl_tensor *f = tsl_swiglu(ctx, tsl_mul_mat(ctx, wg, h), tsl_mul_mat(ctx, wu, h));
+    tsl_tensor *f = tsl_swiglu(ctx, vkt_mm(ctx, wg, a->wtype, h, ref), vkt_mm(ctx, wu, a->wtype, h, ref));
     x = tsl_add(ctx, x, tsl_mul_mat(ctx, wd, f));
     c->out = tsl_norm(ctx, x, 1e-5f);
+}
+
+/* ---- fusion: mul(rms_norm(x), w) as one dispatch ------------------------------ */
+
+typedef struct fuse_arg {
+    int64_t n, rows;
+    int mode; /* 0: y = mul(rms_norm(x), w); 1: the norm read twice; 2: the norm a graph output; 3: x a
+                 view with wider rows; 4: y = add(r, mul_mat(w, x)), w Q4_0, one column; 5: add(mul_mat(w, x),
+                 r); 6: the product read twice; 7: the product a graph output */
+} fuse_arg;
+
+static void build_fuse(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const fuse_arg *a = arg;
+    if (a->mode >= 4) {
+        tsl_tensor *w = vkt_weight(ctx, c, TSL_TYPE_Q4_0, ref, a->n, a->rows, 1, 1);
+        tsl_tensor *x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->n, 1, 1, 1);
+        tsl_tensor *r = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->rows, 1, 1, 1);
+        tsl_tensor *p = vkt_mm(ctx, w, TSL_TYPE_Q4_0, x, ref);
+        tsl_tensor *y = a->mode == 5 ? tsl_add(ctx, p, r) : tsl_add(ctx, r, p);
+        if (a->mode == 6) y = tsl_add(ctx, y, p);
+        if (a->mode == 7) p->flags |= TSL_FLAG_OUTPUT;
+        c->out = y;
+        return;
+    }
+    tsl_tensor *x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->n + (a->mode == 3 ? 5 : 0), a->rows, 1, 1);
+    if (a->mode == 3) x = tsl_view_2d(ctx, x, a->n, a->rows, x->nb[1], 2 * sizeof(float));
+    tsl_tensor *w = vkt_input(ctx, c, IN_POSITIVE, TSL_TYPE_F32, 1, a->n, 1, 1, 1);
+    tsl_tensor *t = tsl_rms_norm(ctx, x, 1e-5f);
+    tsl_tensor *y = tsl_mul(ctx, t, w);
+    if (a->mode == 1) y = tsl_add(ctx, y, t);
+    if (a->mode == 2) t->flags |= TSL_FLAG_OUTPUT;
+    c->out = y;
+}
+
+/* The backend fuses the pair where nothing else reads the norm (one
+ * dispatch), and leaves it alone where something does (the norm read again,
+ * or a graph output the caller or another backend reads); the results
+ * equal the CPU's either way. Rows longer than the kernel keeps in
+ * registers (4096) and short ones; strided rows. The same for the
+ * residual add an integer-dot mat-vec takes into its store, in either
+ * operand order. */
+static void test_fusion(void) {
+    vkt_stat st = {.name = "fusions"};
+    static const fuse_arg cases[] = {{4096, 1, 0}, {4096 + 300, 3, 0}, {7, 5, 0}, {896, 2, 1},   {896, 2, 2},
+                                     {1000, 4, 3}, {4096, 300, 4}, {896, 77, 5}, {512, 64, 6}, {512, 64, 7}};
+    /* with integer dot products the product is a quantizer and the mat-vec:
+     * 2 dispatches, the ADD in the latter; without, the F32 mat-vec and the
+     * ADD apart */
+    const uint64_t q = g_qdot ? 1 : 0;
+    const uint64_t want[] = {1, 1, 1, 3, 2, 1, 2, 2, 3 + q, 2 + q};
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        char what[64];
+        snprintf(what, sizeof what, "n %lld rows %lld mode %d", (long long)cases[i].n, (long long)cases[i].rows,
+                 cases[i].mode);
+        /* the products: sums of n terms in another order (as test_mul_mat) */
+        const double atol = cases[i].mode >= 4 ? 2e-5 * sqrt((double)cases[i].n) : 1e-6;
+        vkt_check(&st, build_fuse, &cases[i], (unsigned long long)(300 + i), atol, 1e-5, what);
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        CHECKF(s1.dispatches - s0.dispatches == want[i], "%s: %llu dispatches, want %llu", what,
+               (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
+    }
+    vkt_print(&st);
 }
 
 static void test_block(void) {
@@ -1217,6 +1291,7 @@ int main(void) {
     }
     tsl_vulkan_device_info info;
     tsl_backend_vulkan_info(g_vk, &info, &err);
+    g_qdot = info.integer_dot;
     printf("device: %s %s (%s), subgroup %u, 16-bit storage %d, float64 %d, push descriptors %d\n",
            tsl_backend_name(g_vk), info.name, info.type, info.subgroup_size, info.storage_16bit, info.float64,
            info.push_descriptors);
@@ -1232,6 +1307,7 @@ int main(void) {
     RUN(test_moves_exact);
     RUN(test_training_ops);
     RUN(test_block);
+    RUN(test_fusion);
     RUN(test_command_buffers);
     RUN(test_barriers);
     RUN(test_two_backends);
