@@ -72,3 +72,14 @@ set_tests_properties(vulkan/hang_wild_write_dry_run_staging PROPERTIES TIMEOUT 3
 # did (a smoke test; its figures mean nothing on lavapipe)
 add_test(NAME vulkan/bench_ops_quick COMMAND tensile_cli bench ops --backend vulkan --quick --json)
 set_tests_properties(vulkan/bench_ops_quick PROPERTIES TIMEOUT 600)
+
+# the paths a device without VK_KHR_shader_integer_dot_product takes: the
+# F32-activation mat-vec for one column of Q8_0/Q4_0 weights, in the op
+# tests (against the CPU) and the model tests (GPU and CPU contexts,
+# recovery, fallback), with the extension left off
+add_test(NAME vulkan/test_vk_ops_no_integer_dot COMMAND vulkan_test_vk_ops)
+set_tests_properties(vulkan/test_vk_ops_no_integer_dot PROPERTIES TIMEOUT 600
+                     ENVIRONMENT "TSL_VULKAN_NO_INTEGER_DOT=1")
+add_test(NAME model/test_llm_vk_no_integer_dot COMMAND model_test_llm_vk)
+set_tests_properties(model/test_llm_vk_no_integer_dot PROPERTIES TIMEOUT 900
+                     ENVIRONMENT "TSL_VULKAN_NO_INTEGER_DOT=1")
