@@ -371,6 +371,9 @@ int tsl_sched_n_copies(const tsl_sched *s);
  *   TSL_VULKAN_CHECKPOINTS=0 no NV diagnostic checkpoint before each kernel:
  *                            faster (about 1.4 us per kernel on an H200),
  *                            but a device loss no longer names its node
+ *   TSL_VULKAN_REUSE=0       record every compute's command buffers (by
+ *                            default a compute whose commands equal the
+ *                            last ones submits those again)
  *   TSL_VULKAN_FUSE=0        no fused pairs (mul(rms_norm(x), w); add(r, an
  *                            integer-dot mat-vec)): one dispatch per node
  *   TSL_VULKAN_NO_INTEGER_DOT=1  leave VK_KHR_shader_integer_dot_product off:
@@ -448,6 +451,8 @@ typedef struct tsl_vulkan_stats {
     uint64_t submits;          /* command buffers submitted to the queue */
     uint64_t dispatches;       /* kernels recorded */
     uint64_t barriers;         /* pipeline barriers recorded between nodes */
+    uint64_t reused_command_buffers; /* submitted again as recorded before (the same
+                                        commands: a graph run again in the same buffers) */
     uint64_t transfers;        /* staging copies for tensor set/get */
     double encode_ms;          /* host time spent encoding, summed over threads */
     double last_encode_us_per_node; /* last compute: wall time of encoding and

@@ -290,6 +290,10 @@ typedef struct vk_device {
     backend_dev *bdev;
     _Atomic int hung;      /* a wait ran out: bound every later wait tightly */
     _Atomic int unclean;   /* work of a freed backend never finished: leak, never wait */
+    /* bumped whenever a VkBuffer of tensor memory or a pipeline goes (a block
+     * freed, a recovery): command buffers recorded before reference it and
+     * are never submitted again (vk_backend.c reuses the others) */
+    _Atomic uint64_t epoch;
 
     /* recovery: the device's objects are made again on a new VkDevice; the
      * old ones wait in graves until they are provably idle */

@@ -125,6 +125,20 @@ typedef struct vk_xslot {
     size_t soff;    /* its part of the staging buffer */
 } vk_xslot;
 
+/* One command of a slot's tape: what vk_encode_slot records into the
+ * command buffer, kept to tell whether the next compute would record the
+ * same (then the command buffer is submitted again as it is). Zeroed before
+ * filling, so whole records compare with memcmp. */
+enum { VK_REC_BARRIER, VK_REC_DISPATCH, VK_REC_STAMP };
+typedef struct vk_rec {
+    uint32_t kind;
+    uint32_t mark; /* dispatch: its NV checkpoint (node + 1, 0 none); stamp: the query */
+    VkPipeline pipe;
+    VkDescriptorBufferInfo bi[VK_NBIND];
+    uint32_t pcsize, grid[3];
+    uint32_t pc[VK_PC_WORDS];
+} vk_rec;
+
 /* One command buffer of a compute and the thread that encodes it. */
 typedef struct vk_slot {
     VkCommandPool pool;
@@ -145,6 +159,14 @@ typedef struct vk_slot {
     size_t q_nb[TSL_MAX_DIMS];
     uint64_t dispatches, barriers;
     double encode_ms;
+    /* the tape being built, and the one the command buffer holds (valid
+     * while `recorded`, for the device epoch rec_epoch) */
+    vk_rec *tape, *prev;
+    int n_tape, cap_tape, n_prev, cap_prev;
+    bool recorded, reused;
+    uint64_t rec_epoch;
+    int rec_first;
+    bool rec_q, rec_p;
 } vk_slot;
 
 struct vk_backend {
@@ -231,7 +253,7 @@ struct vk_backend {
     struct vk_backend *dnext; /* the device's list of backends (blist_lock) */
 
     /* counters */
-    _Atomic uint64_t st_computes, st_submits, st_dispatches, st_barriers, st_transfers;
+    _Atomic uint64_t st_computes, st_submits, st_dispatches, st_barriers, st_transfers, st_reused;
     double st_encode_ms, last_us_per_node;
     int last_cbs;
     double st_gpu_ms, last_gpu_us;
@@ -624,63 +646,102 @@ static VkResult vk_alloc_set(vk_backend *be, vk_slot *sl, VkDescriptorSet *set) 
     }
 }
 
-/* One dispatch of pipe over x's bindings: a barrier first where x touches
- * what an earlier dispatch since the last one wrote (or writes what it
- * read). */
+/* A zeroed record at the end of the slot's tape (NULL: out of host memory). */
+static vk_rec *vk_tape_add(vk_slot *sl, uint32_t kind) {
+    if (sl->n_tape == sl->cap_tape) {
+        int cap = sl->cap_tape ? 2 * sl->cap_tape : 64;
+        vk_rec *t = realloc(sl->tape, (size_t)cap * sizeof *t);
+        if (!t) return NULL;
+        sl->tape = t;
+        sl->cap_tape = cap;
+    }
+    vk_rec *r = &sl->tape[sl->n_tape++];
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    return r;
+}
+
+/* One dispatch of pipe over x's bindings, onto the slot's tape: a barrier
+ * first where x touches what an earlier dispatch since the last one wrote
+ * (or writes what it read). */
 static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x, VkPipeline pipe, const uint32_t *pc,
-                                   uint32_t pcsize, const uint32_t grid[3], VkPipeline *bound) {
+                                   uint32_t pcsize, const uint32_t grid[3]) {
     vk_device *d = be->dev;
-    VkCommandBuffer cb = sl->cb;
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return VK_SUCCESS;
     if (vk_hazard(sl, x)) {
-        vk_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
-                   VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+        if (!vk_tape_add(sl, VK_REC_BARRIER)) return VK_ERROR_OUT_OF_HOST_MEMORY;
         sl->n_spans = 0;
         sl->barriers++;
     }
     vk_track(sl, x);
-    if (*bound != pipe) {
-        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
-        *bound = pipe;
-    }
-    VkDescriptorBufferInfo bi[VK_NBIND];
-    VkWriteDescriptorSet w[VK_NBIND];
+    vk_rec *r = vk_tape_add(sl, VK_REC_DISPATCH);
+    if (!r) return VK_ERROR_OUT_OF_HOST_MEMORY;
+    r->pipe = pipe;
     for (int j = 0; j < 4; j++) {
         const vk_bind *b = x->b[j].blk ? &x->b[j] : &x->b[VK_BIND_DST]; /* unused: the destination again */
-        bi[j] = (VkDescriptorBufferInfo){.buffer = b->blk->buf, .offset = b->off, .range = b->range};
+        r->bi[j] = (VkDescriptorBufferInfo){.buffer = b->blk->buf, .offset = b->off, .range = b->range};
     }
-    bi[VK_BIND_STATUS] = (VkDescriptorBufferInfo){.buffer = be->sbuf, .offset = 0, .range = VK_WHOLE_SIZE};
-    VkDescriptorSet set = VK_NULL_HANDLE;
-    if (!d->f.push_descriptors) {
-        VkResult r = vk_alloc_set(be, sl, &set);
-        if (r != VK_SUCCESS) return r;
-    }
-    for (int j = 0; j < VK_NBIND; j++)
-        w[j] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-                                      .dstSet = set,
-                                      .dstBinding = (uint32_t)j,
-                                      .descriptorCount = 1,
-                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                      .pBufferInfo = &bi[j]};
-    if (d->f.push_descriptors) {
-        d->push_descriptor_set(cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, VK_NBIND, w);
-    } else {
-        vkUpdateDescriptorSets(d->dev, VK_NBIND, w, 0, NULL);
-        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, 1, &set, 0, NULL);
-    }
-    if (pcsize) vkCmdPushConstants(cb, d->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pcsize, pc);
-    if (d->set_checkpoint) d->set_checkpoint(cb, (void *)(uintptr_t)(x->index + 1));
-    vkCmdDispatch(cb, grid[0], grid[1], grid[2]);
+    r->bi[VK_BIND_STATUS] = (VkDescriptorBufferInfo){.buffer = be->sbuf, .offset = 0, .range = VK_WHOLE_SIZE};
+    r->pcsize = pcsize;
+    if (pcsize) memcpy(r->pc, pc, pcsize);
+    memcpy(r->grid, grid, sizeof r->grid);
+    r->mark = d->set_checkpoint ? (uint32_t)x->index + 1u : 0u;
     sl->dispatches++;
     return VK_SUCCESS;
 }
 
-static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x, VkPipeline *bound) {
+/* Record the slot's tape into its command buffer. */
+static VkResult vk_play_tape(vk_backend *be, vk_slot *sl) {
+    vk_device *d = be->dev;
+    VkCommandBuffer cb = sl->cb;
+    VkPipeline bound = VK_NULL_HANDLE;
+    for (int i = 0; i < sl->n_tape; i++) {
+        const vk_rec *r = &sl->tape[i];
+        if (r->kind == VK_REC_BARRIER) {
+            vk_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+            continue;
+        }
+        if (r->kind == VK_REC_STAMP) {
+            vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, be->ppool, r->mark);
+            continue;
+        }
+        if (bound != r->pipe) {
+            vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, r->pipe);
+            bound = r->pipe;
+        }
+        VkDescriptorSet set = VK_NULL_HANDLE;
+        if (!d->f.push_descriptors) {
+            VkResult res = vk_alloc_set(be, sl, &set);
+            if (res != VK_SUCCESS) return res;
+        }
+        VkWriteDescriptorSet w[VK_NBIND];
+        for (int j = 0; j < VK_NBIND; j++)
+            w[j] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                          .dstSet = set,
+                                          .dstBinding = (uint32_t)j,
+                                          .descriptorCount = 1,
+                                          .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                          .pBufferInfo = &r->bi[j]};
+        if (d->f.push_descriptors) {
+            d->push_descriptor_set(cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, VK_NBIND, w);
+        } else {
+            vkUpdateDescriptorSets(d->dev, VK_NBIND, w, 0, NULL);
+            vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, 1, &set, 0, NULL);
+        }
+        if (r->pcsize) vkCmdPushConstants(cb, d->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, r->pcsize, r->pc);
+        if (r->mark && d->set_checkpoint) d->set_checkpoint(cb, (void *)(uintptr_t)r->mark);
+        vkCmdDispatch(cb, r->grid[0], r->grid[1], r->grid[2]);
+    }
+    return VK_SUCCESS;
+}
+
+static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     vk_device *d = be->dev;
     uint32_t pc[VK_PC_WORDS], grid[3];
     if (!x->pipe2) {
         uint32_t pcsize = vk_op_params(d, x, pc, grid);
-        return vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid, bound);
+        return vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
     }
     /* the integer-dot mat-vec: its column quantized into the scratch first,
      * unless the scratch already holds that column (a product before this
@@ -702,7 +763,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x, Vk
         uint32_t pcsize = vk_mm_quant_params(d, &xq, pc, grid);
         xq.b[2] = (vk_bind){0};
         xq.b[VK_BIND_DST] = qb;
-        VkResult r = vk_encode_dispatch(be, sl, &xq, x->pipe2, pc, pcsize, grid, bound);
+        VkResult r = vk_encode_dispatch(be, sl, &xq, x->pipe2, pc, pcsize, grid);
         if (r != VK_SUCCESS) return r;
         sl->q_valid = true;
         sl->q_src = x->b[1];
@@ -710,12 +771,22 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x, Vk
         memcpy(sl->q_nb, b->nb, sizeof sl->q_nb);
     }
     uint32_t pcsize = vk_op_params(d, &x2, pc, grid);
-    return vk_encode_dispatch(be, sl, &x2, x->pipe, pc, pcsize, grid, bound);
+    return vk_encode_dispatch(be, sl, &x2, x->pipe, pc, pcsize, grid);
 }
 
 /* Encode slot s (its range of the exec list) into its command buffer. Runs
- * on the calling thread (slot 0) or on worker s - 1. */
+ * on the calling thread (slot 0) or on worker s - 1. The commands go onto a
+ * tape first; where it equals the tape the command buffer already holds
+ * (the same graph in the same buffers: a decode step, whose inputs change
+ * only in content) and no buffer or pipeline has gone since (the device's
+ * epoch), the command buffer is submitted again as it is, which saves the
+ * host most of the encoding. TSL_VULKAN_REUSE=0 records every time. */
 static void vk_encode_slot(vk_backend *be, int s) {
+    static int no_reuse = -1;
+    if (no_reuse < 0) {
+        const char *e = getenv("TSL_VULKAN_REUSE");
+        no_reuse = e && strcmp(e, "0") == 0;
+    }
     uint64_t t0 = vk_now_ns();
     vk_slot *sl = &be->slots[s];
     vk_device *d = be->dev;
@@ -724,13 +795,38 @@ static void vk_encode_slot(vk_backend *be, int s) {
     sl->dispatches = sl->barriers = 0;
     sl->n_spans = 0;
     sl->q_valid = false;
-    const char *what = "resetting a command pool";
+    sl->n_tape = 0;
+    sl->reused = false;
+    const char *what = "recording a kernel";
     const vk_exec *at = first;
-    VkResult r = vkResetCommandPool(d->dev, sl->pool, 0);
+    VkResult r = VK_SUCCESS;
+    for (int k = 0; k < sl->count && r == VK_SUCCESS; k++) {
+        at = &be->exec[sl->first + k];
+        r = vk_encode_node(be, sl, at);
+        if (r == VK_SUCCESS && be->ppool && sl->first + k < VK_PROF_MAX) {
+            vk_rec *st = vk_tape_add(sl, VK_REC_STAMP);
+            if (st) st->mark = (uint32_t)(sl->first + k);
+            else r = VK_ERROR_OUT_OF_HOST_MEMORY;
+        }
+    }
+    const uint64_t epoch = atomic_load(&d->epoch);
+    if (r == VK_SUCCESS && !no_reuse && sl->recorded && sl->rec_epoch == epoch && sl->rec_first == sl->first &&
+        sl->rec_q == (be->qpool != VK_NULL_HANDLE) && sl->rec_p == (be->ppool != VK_NULL_HANDLE) &&
+        sl->n_prev == sl->n_tape && memcmp(sl->prev, sl->tape, (size_t)sl->n_tape * sizeof *sl->tape) == 0) {
+        sl->reused = true;
+        ledger_sink_clear();
+        sl->encode_ms = (double)(vk_now_ns() - t0) / 1e6;
+        return;
+    }
+    sl->recorded = false;
+    if (r == VK_SUCCESS) {
+        what = "resetting a command pool";
+        at = first;
+        r = vkResetCommandPool(d->dev, sl->pool, 0);
+    }
     if (r == VK_SUCCESS) {
         what = "beginning a command buffer";
-        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                       .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
         r = vkBeginCommandBuffer(sl->cb, &bi);
     }
     if (r == VK_SUCCESS) {
@@ -749,15 +845,8 @@ static void vk_encode_slot(vk_backend *be, int s) {
         /* the start: written once everything before it on the queue is
          * done, so a compute queued behind other work is not charged for it */
         if (be->qpool) vkCmdWriteTimestamp(sl->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, be->qpool, 2u * (uint32_t)s);
-        VkPipeline bound = VK_NULL_HANDLE;
         what = "recording a kernel";
-        for (int k = 0; k < sl->count && r == VK_SUCCESS; k++) {
-            at = &be->exec[sl->first + k];
-            r = vk_encode_node(be, sl, at, &bound);
-            if (be->ppool && sl->first + k < VK_PROF_MAX)
-                vkCmdWriteTimestamp(sl->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, be->ppool,
-                                    (uint32_t)(sl->first + k));
-        }
+        r = vk_play_tape(be, sl);
         if (r == VK_SUCCESS) {
             /* results become visible to the host (mapped reads, status
              * words) and to transfers once the fence signals */
@@ -767,11 +856,25 @@ static void vk_encode_slot(vk_backend *be, int s) {
             if (be->qpool)
                 vkCmdWriteTimestamp(sl->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, be->qpool, 2u * (uint32_t)s + 1);
             what = "ending a command buffer";
-            at = first;
             r = vkEndCommandBuffer(sl->cb);
         }
     }
-    if (r != VK_SUCCESS) {
+    if (r == VK_SUCCESS) {
+        /* the command buffer holds this tape now */
+        vk_rec *t = sl->prev;
+        int c = sl->cap_prev;
+        sl->prev = sl->tape;
+        sl->cap_prev = sl->cap_tape;
+        sl->n_prev = sl->n_tape;
+        sl->tape = t;
+        sl->cap_tape = c;
+        sl->n_tape = 0;
+        sl->recorded = true;
+        sl->rec_epoch = epoch;
+        sl->rec_first = sl->first;
+        sl->rec_q = be->qpool != VK_NULL_HANDLE;
+        sl->rec_p = be->ppool != VK_NULL_HANDLE;
+    } else {
         const char *rn = "unknown";
         tsl_status st = tsl_fault_classify("VkResult", (int64_t)r, TSL_PHASE_ALLOC, &rn);
         ledger_record(st == TSL_SUCCESS ? TSL_FAILED : st, at->index, at->node,
@@ -1198,13 +1301,16 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     be->n_submitted = submitted;
     uint64_t disp = 0, bar = 0;
     double enc = 0;
+    uint64_t reused = 0;
     for (int s = 0; s < used; s++) {
+        reused += be->slots[s].reused;
         disp += be->slots[s].dispatches;
         bar += be->slots[s].barriers;
         enc += be->slots[s].encode_ms;
     }
     atomic_fetch_add_explicit(&be->st_dispatches, disp, memory_order_relaxed);
     atomic_fetch_add_explicit(&be->st_barriers, bar, memory_order_relaxed);
+    atomic_fetch_add_explicit(&be->st_reused, reused, memory_order_relaxed);
     be->st_encode_ms += enc;
     be->last_us_per_node = (double)(vk_now_ns() - t0) / 1e3 / n;
     be->last_cbs = used;
@@ -1713,7 +1819,11 @@ static void vk_free(tsl_backend *b) {
         else free(be->qscr); /* its memory stays with the unfinished work */
         be->qscr = NULL;
     }
-    for (int s = 0; s < VK_MAX_CB; s++) free(be->slots[s].dpools);
+    for (int s = 0; s < VK_MAX_CB; s++) {
+        free(be->slots[s].dpools);
+        free(be->slots[s].tape);
+        free(be->slots[s].prev);
+    }
     pthread_mutex_lock(&d->blist_lock);
     for (vk_backend **pp = &d->backends; *pp; pp = &(*pp)->dnext)
         if (*pp == be) {
@@ -2033,6 +2143,7 @@ tsl_status tsl_backend_vulkan_stats(const tsl_backend *b, tsl_vulkan_stats *out)
     out->submits = atomic_load(&be->st_submits);
     out->dispatches = atomic_load(&be->st_dispatches);
     out->barriers = atomic_load(&be->st_barriers);
+    out->reused_command_buffers = atomic_load(&be->st_reused);
     out->transfers = atomic_load(&be->st_transfers);
     out->encode_ms = be->st_encode_ms;
     out->last_encode_us_per_node = be->last_us_per_node;

@@ -1007,6 +1007,7 @@ tsl_status vk_device_reopen(vk_device *d, vk_grave **out, tsl_error *err) {
         return s;
     }
     /* kernels and memory blocks of the old device go with it */
+    atomic_fetch_add(&d->epoch, 1);
     vk_pipeline_detach(d, gr);
     pthread_mutex_lock(&d->mlock);
     gr->blocks = d->blocks;

@@ -123,6 +123,7 @@ void vk_mem_fini(vk_device *d) {
         b = n;
     }
     d->blocks = NULL;
+    atomic_fetch_add(&d->epoch, 1);
 }
 
 /* A new block of size bytes. mlock held. */
@@ -292,6 +293,7 @@ void vk_mem_free(vk_device *d, vk_buf *vb) {
         vkGetBufferMemoryRequirements(d->dev, b->buf, &req);
         d->heap_used -= req.size < d->heap_used ? req.size : d->heap_used;
         vk_block_destroy(d, b);
+        atomic_fetch_add(&d->epoch, 1);
     }
     pthread_mutex_unlock(&d->mlock);
     free(vb);

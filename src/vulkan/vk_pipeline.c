@@ -177,6 +177,7 @@ tsl_status vk_pipeline_init(vk_device *d, tsl_error *err) {
 }
 
 static void vk_kernel_drop(vk_device *d, vk_kernel *k) {
+    if (k->pipe) atomic_fetch_add(&d->epoch, 1); /* command buffers naming it are not submitted again */
     if (k->pipe) vkDestroyPipeline(d->dev, k->pipe, NULL);
     if (k->module) vkDestroyShaderModule(d->dev, k->module, NULL);
     k->pipe = VK_NULL_HANDLE;

@@ -812,6 +812,54 @@ static void *conc_main(void *p) {
     return NULL;
 }
 
+/* A graph computed again in the same buffers records the same commands:
+ * its command buffers are submitted again as they are (reused_command_
+ * buffers), with the new inputs' results. Anything that changes the
+ * commands or frees what they name records afresh: another graph shape, a
+ * memory block given back to the driver. */
+static void test_reuse(void) {
+    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
+    tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 4096);
+    tsl_tensor *y = x;
+    for (int i = 0; i < 6; i++) y = i % 2 ? tsl_scale(ctx, y, 0.5f) : tsl_add(ctx, y, x);
+    tsl_graph *g = tsl_graph_build(ctx, &y, 1);
+    tsl_error err;
+    tsl_buffer *buf = tsl_buffer_alloc_ctx(g_vk, ctx, &err);
+    CHECK(g && buf);
+    if (!g || !buf) goto out;
+    float xv[4096], yv[4096];
+    tsl_vulkan_stats s0, s1;
+    /* y = ((((x + x) / 2 + x) / 2) + x) / 2 = x, exactly, for these values */
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 4096; i++) xv[i] = (float)(round * 4096 + i) * 0.25f;
+        if (round == 2) {
+            /* a block of its own, given back: the device's epoch moves */
+            tsl_context *c2 = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
+            tsl_new_tensor_1d(c2, TSL_TYPE_F32, (int64_t)257 << 18); /* 257 MiB: more than a block (256) */
+            tsl_buffer *big = tsl_buffer_alloc_ctx(g_vk, c2, &err);
+            CHECKF(big != NULL, "a 257 MiB buffer: %s", err.message);
+            tsl_buffer_free(big);
+            tsl_ctx_free(c2);
+        }
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        CHECK(tsl_tensor_set(x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
+        CHECK(tsl_backend_graph_compute(g_vk, g, &err) == TSL_SUCCESS);
+        CHECK(tsl_tensor_get(y, yv, 0, sizeof yv, &err) == TSL_SUCCESS);
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        int bad = 0;
+        for (int i = 0; i < 4096; i++) bad += yv[i] != xv[i];
+        CHECKF(bad == 0, "round %d: %d values wrong", round, bad);
+        const uint64_t reused = s1.reused_command_buffers - s0.reused_command_buffers;
+        /* round 0 records, 1 reuses, 2 records again (the epoch), 3 reuses */
+        if (round % 2 == 0) CHECKF(reused == 0, "round %d: %llu command buffers reused, want 0", round, (unsigned long long)reused);
+        else CHECKF(reused >= 1, "round %d: no command buffer reused", round);
+    }
+    printf("  reuse: record, reuse, record after a block went, reuse\n");
+out:
+    tsl_buffer_free(buf);
+    tsl_ctx_free(ctx);
+}
+
 static void test_two_backends(void) {
     tsl_error err;
     tsl_vulkan_device_info info;
@@ -1310,6 +1358,7 @@ int main(void) {
     RUN(test_fusion);
     RUN(test_command_buffers);
     RUN(test_barriers);
+    RUN(test_reuse);
     RUN(test_two_backends);
     RUN(test_unsupported);
     RUN(test_pools_and_staging);
