@@ -135,7 +135,13 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
     VK_MM_QD(Y, X, t, tn, _d, 128, 4, 2, l16, 4)              \
     VK_MM_QD(Y, X, t, tn, _d8, 128, 4, 2, l8, 4)              \
     VK_MM_QD(Y, X, t, tn, _dr4, 128, 4, 4, l16, 4)            \
-    VK_MM_QD(Y, X, t, tn, _dw256, 256, 8, 2, l16, 4)
+    VK_MM_QD(Y, X, t, tn, _dw256, 256, 8, 2, l16, 4)          \
+    VK_MM_Q(Y, X, t, tn, _r4q16, 128, 4, 4, l16, 4)           \
+    VK_MM_Q(Y, X, t, tn, _u8q16, 128, 4, 2, l16, 8)           \
+    VK_MM_Q(Y, X, t, tn, _u2q16, 128, 4, 2, l16, 2)           \
+    VK_MM_Q(Y, X, t, tn, _w256q16, 256, 8, 2, l16, 4)         \
+    VK_MM_Q(Y, X, t, tn, _w256r4q16, 256, 8, 4, l16, 4)       \
+    VK_MM_Q(Y, X, t, tn, _w64q16, 64, 2, 2, l16, 4)
 
 /* The staged small-N kernel of a block type (8 columns): {W, S, R} = {w, 2,
  * 2} for its team fallback, KS | PF << 8 for the staged part; the default
