@@ -668,7 +668,10 @@ static void bench_bw_op(bench_state *st, int which, size_t bytes) {
  *    on a GPU without writing the kernel it is meant to judge.
  *  - encode: host time to encode and submit a 1,000-node graph of small ops
  *    into 9 command buffers (the calling thread and 8 workers), per node
- *    (tsl_vulkan_stats.last_encode_us_per_node).
+ *    (tsl_vulkan_stats.last_encode_us_per_node), every compute recording its
+ *    commands; encode_reused: the same with command-buffer reuse on (the
+ *    graph computed again: its commands built and compared, the recorded
+ *    command buffers submitted again).
  *
  * Device times are GPU time from timestamps (tsl_vulkan_stats.last_gpu_us)
  * where the device writes them, else wall time; each row says which
@@ -998,12 +1001,13 @@ static void vkb_mul_mat(bench_state *st, tsl_type type, int64_t n) {
 /* Host cost of encoding: a chain of 1,000 adds on 256 floats (the device
  * work is nothing, so the host side is all there is), in 9 command buffers
  * encoded by the calling thread and 8 workers, on a backend of its own. */
-static void vkb_encode(bench_state *st, int device_index) {
-    if (!bench_selected(st, "encode", "f32")) return;
+static void vkb_encode(bench_state *st, int device_index, bool reuse) {
+    const char *op = reuse ? "encode_reused" : "encode";
+    if (!bench_selected(st, op, "f32")) return;
     enum { NODES = 1000, CBS = 9 };
     char shape[64];
     snprintf(shape, sizeof shape, "%d nodes x add [256], %d cb", NODES, CBS);
-    bench_row r = bench_row_new(st, "encode", "f32", shape);
+    bench_row r = bench_row_new(st, op, "f32", shape);
     r.threads = CBS;
     r.timer = "wall";
     tsl_error err;
@@ -1014,6 +1018,9 @@ static void vkb_encode(bench_state *st, int device_index) {
         bench_emit(st, &r);
         return;
     }
+    /* encode: every compute records its commands; encode_reused: the same
+     * graph computed again submits the command buffers recorded before */
+    tsl_backend_vulkan_set_reuse(be, reuse);
     vkb_set v;
     if (vkb_ctx(&v, be, NODES + 4, &r)) {
         tsl_tensor *x = tsl_new_tensor_1d(v.ctx, TSL_TYPE_F32, 256), *b = tsl_new_tensor_1d(v.ctx, TSL_TYPE_F32, 256);
@@ -1032,6 +1039,11 @@ static void vkb_encode(bench_state *st, int device_index) {
                 }
                 double dt = bench_now() - t0;
                 tsl_backend_vulkan_stats(be, &vs);
+                if (i >= 3 && reuse != (vs.reused_command_buffers >= (uint64_t)(i - 2) * CBS)) {
+                    snprintf(r.error, sizeof r.error, "command buffers %sreused (%llu so far)", reuse ? "not " : "",
+                             (unsigned long long)vs.reused_command_buffers);
+                    break;
+                }
                 if (vs.last_command_buffers != CBS) {
                     snprintf(r.error, sizeof r.error, "the graph used %d command buffers, not %d",
                              vs.last_command_buffers, CBS);
@@ -1079,7 +1091,8 @@ static int bench_vulkan(bench_state *st) {
     for (int i = 0; i < 4; i++) vkb_mat_vec(st, mv_types[i]);
     const tsl_type mm_types[] = {TSL_TYPE_F16, TSL_TYPE_Q8_0, TSL_TYPE_Q4_0, TSL_TYPE_F32};
     for (int i = 0; i < 4; i++) vkb_mul_mat(st, mm_types[i], st->o.quick ? 256 : 4096);
-    vkb_encode(st, info.index);
+    vkb_encode(st, info.index, false);
+    vkb_encode(st, info.index, true);
 
     tsl_backend_free(st->be);
     return st->failures ? 1 : 0;
@@ -1187,7 +1200,8 @@ static void bench_usage(FILE *f) {
                "  --filter S   only rows whose \"op type\" contains S (ceilings always run)\n"
                "  --backend vulkan  the same on the Vulkan device (TSL_VULKAN_DEVICE picks it): a copy\n"
                "               ceiling, upload/download, mat-vec 8192x8192 over 1 GiB of weights, mul_mat\n"
-               "               4096^3, host encode time per node (1,000 nodes, 9 command buffers); GPU time\n"
+               "               4096^3, host encode time per node (1,000 nodes, 9 command buffers; again with\n"
+               "               the recorded command buffers reused); GPU time\n"
                "               from timestamps where the device has them\n"
                "  --ref-tflops X  (vulkan) the matmul rate flops_ratio is against, e.g. torch bf16\n"
                "               measured on the same GPU; without it mul_mat rows give the rate alone\n");

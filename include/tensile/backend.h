@@ -440,6 +440,11 @@ tsl_status tsl_backend_vulkan_info(const tsl_backend *be, tsl_vulkan_device_info
  * TSL_VULKAN_CB is used as given (one per node at most). Returns FAILED for
  * a value out of range or a non-Vulkan backend. */
 tsl_status tsl_backend_vulkan_set_command_buffers(tsl_backend *be, int n, tsl_error *err);
+/* Whether a compute whose commands equal the last compute's (the same graph
+ * in the same buffers) submits the command buffers recorded then instead of
+ * recording them again (default on; TSL_VULKAN_REUSE=0 starts it off).
+ * Results do not depend on it. */
+void tsl_backend_vulkan_set_reuse(tsl_backend *be, bool on);
 /* The watchdog: a compute that makes no progress for ms milliseconds is a
  * hang and ends DEVICE_LOST ("GPU hang: no progress in N s"). 0 restores
  * the default (scaled to the work). */

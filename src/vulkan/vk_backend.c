@@ -177,6 +177,7 @@ struct vk_backend {
     int n_cb;
     bool cb_explicit; /* n_cb was asked for (setter, TSL_VULKAN_CB): no minimum size */
     int watchdog_ms; /* 0: default, scaled to the work */
+    bool no_reuse;   /* record every compute (TSL_VULKAN_REUSE=0, tsl_backend_vulkan_set_reuse) */
     vk_slot slots[VK_MAX_CB];
     vk_exec *exec;
     int exec_cap, n_exec;
@@ -780,13 +781,10 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
  * (the same graph in the same buffers: a decode step, whose inputs change
  * only in content) and no buffer or pipeline has gone since (the device's
  * epoch), the command buffer is submitted again as it is, which saves the
- * host most of the encoding. TSL_VULKAN_REUSE=0 records every time. */
+ * host most of the encoding. be->no_reuse (TSL_VULKAN_REUSE=0,
+ * tsl_backend_vulkan_set_reuse) records every time. */
 static void vk_encode_slot(vk_backend *be, int s) {
-    static int no_reuse = -1;
-    if (no_reuse < 0) {
-        const char *e = getenv("TSL_VULKAN_REUSE");
-        no_reuse = e && strcmp(e, "0") == 0;
-    }
+    const bool no_reuse = be->no_reuse;
     uint64_t t0 = vk_now_ns();
     vk_slot *sl = &be->slots[s];
     vk_device *d = be->dev;
@@ -2090,6 +2088,7 @@ tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
     snprintf(be->device, sizeof be->device, "%s", be->dev->name);
     be->n_cb = vk_env_int("TSL_VULKAN_CB", 1, VK_MAX_CB, VK_DEFAULT_CB);
     be->cb_explicit = getenv("TSL_VULKAN_CB") != NULL;
+    be->no_reuse = getenv("TSL_VULKAN_REUSE") && strcmp(getenv("TSL_VULKAN_REUSE"), "0") == 0;
     be->watchdog_ms = vk_env_int("TSL_VULKAN_WATCHDOG_MS", 0, INT_MAX, 0);
     vk_timestamps_probe(be);
     /* helpers for staging copies: only on a device that stages (tensor
@@ -2128,6 +2127,10 @@ tsl_status tsl_backend_vulkan_set_command_buffers(tsl_backend *b, int n, tsl_err
     be->n_cb = n;
     be->cb_explicit = true;
     return TSL_SUCCESS;
+}
+
+void tsl_backend_vulkan_set_reuse(tsl_backend *b, bool on) {
+    if (tsl_backend_is_vulkan(b)) ((vk_backend *)b)->no_reuse = !on;
 }
 
 void tsl_backend_vulkan_set_watchdog_ms(tsl_backend *b, int ms) {

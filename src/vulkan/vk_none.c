@@ -41,6 +41,8 @@ tsl_status tsl_backend_vulkan_set_command_buffers(tsl_backend *be, int n, tsl_er
 
 void tsl_backend_vulkan_set_watchdog_ms(tsl_backend *be, int ms) {}
 
+void tsl_backend_vulkan_set_reuse(tsl_backend *be, bool on) {}
+
 tsl_status tsl_backend_vulkan_stats(const tsl_backend *be, tsl_vulkan_stats *out) { return TSL_FAILED; }
 
 tsl_status vk_test_set_kernel(tsl_backend *be, const char *name, const uint32_t *spv, size_t size, const char *entry,

@@ -818,6 +818,7 @@ static void *conc_main(void *p) {
  * commands or frees what they name records afresh: another graph shape, a
  * memory block given back to the driver. */
 static void test_reuse(void) {
+    tsl_backend_vulkan_set_reuse(g_vk, true); /* whatever TSL_VULKAN_REUSE says */
     tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
     tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 4096);
     tsl_tensor *y = x;
@@ -854,7 +855,14 @@ static void test_reuse(void) {
         if (round % 2 == 0) CHECKF(reused == 0, "round %d: %llu command buffers reused, want 0", round, (unsigned long long)reused);
         else CHECKF(reused >= 1, "round %d: no command buffer reused", round);
     }
-    printf("  reuse: record, reuse, record after a block went, reuse\n");
+    /* turned off, the same compute records again */
+    tsl_backend_vulkan_set_reuse(g_vk, false);
+    CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+    CHECK(tsl_backend_graph_compute(g_vk, g, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+    CHECK(s1.reused_command_buffers == s0.reused_command_buffers);
+    tsl_backend_vulkan_set_reuse(g_vk, true);
+    printf("  reuse: record, reuse, record after a block went, reuse; off: record\n");
 out:
     tsl_buffer_free(buf);
     tsl_ctx_free(ctx);
