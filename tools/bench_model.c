@@ -214,7 +214,7 @@ static double bm_vk_copy_gbs(bm_vkcopy *v, tsl_backend *be, int reps, bool *gpu,
 typedef struct bm_split {
     int tokens;
     double wall_ms, build_ms, input_ms, compute_ms, output_ms, encode_ms, gpu_ms;
-    double dispatches, barriers, submits, splits, copies;
+    double dispatches, barriers, submits, reused, splits, copies;
     bool gpu_timed;
 } bm_split;
 
@@ -240,6 +240,7 @@ static void bm_split_add(bm_split *a, const tsl_llm_ctx *c, const tsl_vulkan_sta
     a->dispatches += (double)(s1->dispatches - s0->dispatches);
     a->barriers += (double)(s1->barriers - s0->barriers);
     a->submits += (double)(s1->submits - s0->submits);
+    a->reused += (double)(s1->reused_command_buffers - s0->reused_command_buffers);
     a->splits += tm->n_splits;
     a->copies += tm->n_copies;
 }
@@ -457,11 +458,11 @@ int bench_model(int argc, char **argv) {
             printf(",\"copy_bytes\":%zu,\"per_token\":{\"wall_ms\":%.4f,\"host_ms\":%.4f,\"graph_ms\":%.4f,"
                    "\"inputs_ms\":%.4f,\"encode_submit_ms\":%.4f,\"compute_ms\":%.4f,\"logits_ms\":%.4f,"
                    "\"gpu_ms\":%.4f,\"gpu_timer\":\"%s\",\"dispatches\":%.1f,\"barriers\":%.1f,\"submits\":%.2f,"
-                   "\"splits\":%.2f,\"copies\":%.2f}",
+                   "\"reused\":%.2f,\"splits\":%.2f,\"copies\":%.2f}",
                    2 * vcopy.bytes, sp.wall_ms / nt, host_ms, sp.build_ms / nt, sp.input_ms / nt, sp.encode_ms / nt,
                    sp.compute_ms / nt, sp.output_ms / nt, sp.gpu_ms / nt,
                    sp.gpu_timed ? "timestamps" : "compute wall less encode+submit", sp.dispatches / nt,
-                   sp.barriers / nt, sp.submits / nt, sp.splits / nt, sp.copies / nt);
+                   sp.barriers / nt, sp.submits / nt, sp.reused / nt, sp.splits / nt, sp.copies / nt);
         }
         printf("}\n");
     } else {
@@ -485,8 +486,10 @@ int bench_model(int argc, char **argv) {
                    "GPU %.3f ms (%s); logits read %.3f ms\n",
                    sp.wall_ms / nt, host_ms, sp.build_ms / nt, sp.input_ms / nt, sp.encode_ms / nt, sp.gpu_ms / nt,
                    sp.gpu_timed ? "timestamps" : "estimate: compute wall less encode+submit", sp.output_ms / nt);
-            printf("decode per token: %.0f dispatches, %.0f barriers, %.1f submits, %.1f split(s), %.1f copies\n",
-                   sp.dispatches / nt, sp.barriers / nt, sp.submits / nt, sp.splits / nt, sp.copies / nt);
+            printf("decode per token: %.0f dispatches, %.0f barriers, %.1f submits (%.1f reused as recorded), %.1f "
+                   "split(s), %.1f copies\n",
+                   sp.dispatches / nt, sp.barriers / nt, sp.submits / nt, sp.reused / nt, sp.splits / nt,
+                   sp.copies / nt);
         } else {
             printf("decode weights read: %.2f GB/s; copy bandwidth: %.2f GB/s (median of %d); ratio %.1f%% "
                    "(median of %d rounds, %.1f%%..%.1f%%)\n",

@@ -188,6 +188,7 @@ typedef enum tsl_op {
     TSL_OP_SWIGLU,
     TSL_OP_CONCAT,
     TSL_OP_CROSS_ENTROPY_LOSS,
+    TSL_OP_SET_ROWS, /* writes into its destination (a view of it), like CPY */
     /* metadata-only ops: no kernel, the result aliases its source */
     TSL_OP_VIEW,
     TSL_OP_RESHAPE,
@@ -374,6 +375,15 @@ tsl_tensor *tsl_argmax(tsl_context *ctx, tsl_tensor *a);
  * a [ne0, nrows, ne2, ne3], idx [n, ne2, ne3]  -> F32 [ne0, n, ne2, ne3].
  * An index out of range is an error reported by the compute (FAILED). */
 tsl_tensor *tsl_get_rows(tsl_context *ctx, tsl_tensor *a, tsl_tensor *idx);
+/* Write src into dst at I32 positions along dim (0 or 1), converting F32 to
+ * dst's type (F32 or F16, round to nearest even): dim 1, row idx[j] of dst
+ * gets row j of src; dim 0, element idx[j] of every row of dst gets element
+ * j of that row of src. src is dst's shape but idx->ne[0] along dim, any
+ * strides; idx is 1-D. Returns a view of dst that depends on the write, as
+ * tsl_cpy does; the positions are data, so a graph that writes a cache row
+ * per token stays the same graph. An index out of range is an error
+ * reported by the compute (FAILED), and nothing is written for it. */
+tsl_tensor *tsl_set_rows(tsl_context *ctx, tsl_tensor *dst, tsl_tensor *src, tsl_tensor *idx, int dim);
 /* Matrix product, ggml semantics: a [K, M, A2, A3] (any float or quantized
  * type, rows dense), b [K, N, B2, B3] (F32; or F16 when a is F16), with
  * B2 % A2 == 0 and B3 % A3 == 0; b's batch (i2, i3) uses a's batch

@@ -33,6 +33,7 @@ static const char *const OP_NAMES[TSL_OP_COUNT] = {
     [TSL_OP_NONE] = "NONE",
     [TSL_OP_DUP] = "DUP",
     [TSL_OP_CPY] = "CPY",
+    [TSL_OP_SET_ROWS] = "SET_ROWS",
     [TSL_OP_ADD] = "ADD",
     [TSL_OP_SUB] = "SUB",
     [TSL_OP_MUL] = "MUL",
@@ -506,6 +507,34 @@ tsl_tensor *tsl_get_rows(tsl_context *ctx, tsl_tensor *a, tsl_tensor *idx) {
                             S(a).s, S(idx).s, (long long)a->ne[2], (long long)a->ne[3]);
     return op_new(ctx, "get_rows", TSL_OP_GET_ROWS, TSL_TYPE_F32, a->ne[0], idx->ne[0], a->ne[2], a->ne[3], a, idx,
                   NULL);
+}
+
+tsl_tensor *tsl_set_rows(tsl_context *ctx, tsl_tensor *dst, tsl_tensor *src, tsl_tensor *idx, int dim) {
+    if (!ctx || !dst || !src || !idx) return NULL;
+    if (dim != 0 && dim != 1) return tsl_ctx_fail(ctx, "set_rows: dim %d is not 0 or 1", dim);
+    if (src->type != TSL_TYPE_F32 || (dst->type != TSL_TYPE_F32 && dst->type != TSL_TYPE_F16))
+        return tsl_ctx_fail(ctx, "set_rows: src %s and dst %s: src must be f32, dst f32 or f16", S(src).s, S(dst).s);
+    if (idx->type != TSL_TYPE_I32 || idx->ne[1] != 1 || idx->ne[2] != 1 || idx->ne[3] != 1)
+        return tsl_ctx_fail(ctx, "set_rows: idx %s must be a 1-D i32 tensor", S(idx).s);
+    for (int i = 0; i < TSL_MAX_DIMS; i++)
+        if (src->ne[i] != (i == dim ? idx->ne[0] : dst->ne[i]))
+            return tsl_ctx_fail(ctx,
+                                "set_rows: src %s, dst %s, idx %s along dim %d: src must be dst's shape with idx's "
+                                "length (%lld) along dim %d",
+                                S(src).s, S(dst).s, S(idx).s, dim, (long long)idx->ne[0], dim);
+    tsl_tensor *root = dst->view_src ? dst->view_src : dst;
+    tsl_tensor *t = ctx_tensor_new(ctx, "set_rows", dst->type, dst->ne, dst->nb, false);
+    if (!t) return NULL;
+    t->op = TSL_OP_SET_ROWS;
+    t->op_params[0] = dim;
+    t->src[0] = src;
+    t->src[1] = idx;
+    t->src[2] = dst;
+    t->view_src = root;
+    t->view_offs = dst->view_src ? dst->view_offs : 0;
+    t->buffer = root->buffer;
+    t->data = dst->data;
+    return t;
 }
 
 /* The batch broadcast rule shared by mul_mat and out_prod: b's dims 2, 3

@@ -88,6 +88,10 @@ cpu_kernel_fn cpu_kernel_for(const tsl_tensor *n) {
             return NULL;
         if (a->ne[2] != n->ne[2] || a->ne[3] != n->ne[3]) return NULL;
         return cpu_op_get_rows;
+    case TSL_OP_SET_ROWS:
+        if (!is_f32(a) || !b || b->type != TSL_TYPE_I32 || (n->type != TSL_TYPE_F32 && n->type != TSL_TYPE_F16))
+            return NULL;
+        return cpu_op_set_rows;
     case TSL_OP_MUL_MAT:
     case TSL_OP_OUT_PROD:
         if (!a || !b || !cpu_mul_mat_supported(n)) return NULL;

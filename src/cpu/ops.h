@@ -10,6 +10,7 @@
 /* ops_copy.c */
 void cpu_op_dup(const cpu_params *p, tsl_tensor *dst); /* DUP, CONT and CPY */
 void cpu_op_get_rows(const cpu_params *p, tsl_tensor *dst);
+void cpu_op_set_rows(const cpu_params *p, tsl_tensor *dst);
 void cpu_op_concat(const cpu_params *p, tsl_tensor *dst);
 size_t cpu_dup_wsize(const tsl_tensor *node, int nth);
 bool cpu_dup_supported(const tsl_tensor *node);

@@ -405,6 +405,54 @@ void cpu_op_get_rows(const cpu_params *p, tsl_tensor *dst) {
     }
 }
 
+/* ---- set_rows ------------------------------------------------------------- */
+
+/* src (F32) into dst (a view of the destination, F32 or F16) at the
+ * positions idx gives along dim: threads split src's rows. Every index is
+ * checked before anything is written, so a bad one fails the node with the
+ * destination as it was. */
+void cpu_op_set_rows(const cpu_params *p, tsl_tensor *dst) {
+    const tsl_tensor *src = dst->src[0], *idx = dst->src[1];
+    const int dim = op_get_i32(dst, 0);
+    const int64_t n = idx->ne[0], lim = dst->ne[dim];
+    for (int64_t j = 0; j < n; j++) {
+        int32_t v;
+        memcpy(&v, (const char *)idx->data + j * idx->nb[0], sizeof v);
+        if (v < 0 || v >= lim) {
+            if (p->ith == 0)
+                cpu_kernel_fail(p,
+                                "set_rows: index %d at position %lld of '%s' is out of range ('%s' has %lld %s)",
+                                (int)v, (long long)j, idx->name, dst->src[2] ? dst->src[2]->name : dst->name,
+                                (long long)lim, dim == 1 ? "rows" : "columns");
+            return;
+        }
+    }
+    const bool f16 = dst->type == TSL_TYPE_F16;
+    int64_t r0, r1;
+    cpu_split_rows(tsl_nrows(src), p->ith, p->nth, &r0, &r1);
+    const int64_t ne1 = src->ne[1], ne2 = src->ne[2];
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+        const char *s = (const char *)src->data + i1 * src->nb[1] + i2 * src->nb[2] + i3 * src->nb[3];
+        int32_t row = 0;
+        if (dim == 1) memcpy(&row, (const char *)idx->data + i1 * idx->nb[0], sizeof row);
+        char *d = (char *)dst->data + (dim == 1 ? row : i1) * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3];
+        for (int64_t i0 = 0; i0 < src->ne[0]; i0++) {
+            int32_t col = (int32_t)i0;
+            if (dim == 0) memcpy(&col, (const char *)idx->data + i0 * idx->nb[0], sizeof col);
+            float f;
+            memcpy(&f, s + i0 * src->nb[0], sizeof f);
+            char *e = d + (size_t)col * dst->nb[0];
+            if (f16) {
+                tsl_fp16_t h = tsl_fp32_to_fp16(f);
+                memcpy(e, &h, sizeof h);
+            } else {
+                memcpy(e, &f, sizeof f);
+            }
+        }
+    }
+}
+
 /* ---- concat --------------------------------------------------------------- */
 
 void cpu_op_concat(const cpu_params *p, tsl_tensor *dst) {

@@ -151,7 +151,8 @@ bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_
         k = tsl_tensor_format_name(tsl_rope(ctx, k, out->pos, w->rope_freqs, &rp), "blk.%d.rope_k", il);
 
         tsl_tensor *cpy_k = NULL, *cpy_v = NULL;
-        if (!kv_store(ctx, kv, il, pos0, tsl_reshape_2d(ctx, k, hd * hp->n_head_kv, n), v, &cpy_k, &cpy_v))
+        if (!kv_store(ctx, kv, il, pos0, out->pos, tsl_reshape_2d(ctx, k, hd * hp->n_head_kv, n), v, &cpy_k,
+                      &cpy_v))
             return false;
         outs[2 * il] = cpy_k;
         outs[2 * il + 1] = cpy_v;

@@ -109,8 +109,8 @@ tsl_tensor *kv_v_view(tsl_context *ctx, const llm_kv *kv, int il, int32_t n_kv) 
     return tsl_tensor_format_name(t, "cache_v_l%d (view)", il);
 }
 
-bool kv_store(tsl_context *ctx, const llm_kv *kv, int il, int32_t pos0, tsl_tensor *k, tsl_tensor *v,
-              tsl_tensor **cpy_k, tsl_tensor **cpy_v) {
+bool kv_store(tsl_context *ctx, const llm_kv *kv, int il, int32_t pos0, tsl_tensor *pos, tsl_tensor *k,
+              tsl_tensor *v, tsl_tensor **cpy_k, tsl_tensor **cpy_v) {
     if (!k || !v) return false;
     const int64_t n = k->ne[1];
     if (pos0 < 0 || pos0 + n > kv->n_ctx) {
@@ -119,6 +119,14 @@ bool kv_store(tsl_context *ctx, const llm_kv *kv, int il, int32_t pos0, tsl_tens
         return false;
     }
     tsl_tensor *K = kv->k[il], *V = kv->v[il];
+    if (pos && (kv->type == TSL_TYPE_F16 || kv->type == TSL_TYPE_F32)) {
+        /* rows of K at the positions; elements of V's rows (it is stored
+         * transposed: a position is a column) */
+        *cpy_k = tsl_tensor_format_name(tsl_set_rows(ctx, K, k, pos, 1), "cache_k_l%d (store)", il);
+        *cpy_v = tsl_tensor_format_name(tsl_set_rows(ctx, V, tsl_transpose(ctx, v), pos, 0), "cache_v_l%d (store)",
+                                        il);
+        return *cpy_k && *cpy_v;
+    }
     const size_t es = tsl_type_block_size(kv->type);
     tsl_tensor *kdst = tsl_view_2d(ctx, K, K->ne[0], n, K->nb[1], (size_t)pos0 * K->nb[1]);
     /* the new values as [n, channels]: column j of the transpose is token j */
@@ -141,6 +149,7 @@ static void kv_view_move(tsl_tensor *cpy, size_t offs) {
 }
 
 void kv_store_move(const llm_kv *kv, int il, int32_t pos0, tsl_tensor *cpy_k, tsl_tensor *cpy_v) {
+    if (cpy_k->op == TSL_OP_SET_ROWS) return; /* positions are data */
     /* the offsets kv_store gives its views, for pos0 */
     kv_view_move(cpy_k, (size_t)pos0 * kv->k[il]->nb[1]);
     kv_view_move(cpy_v, (size_t)pos0 * tsl_type_block_size(kv->type));

@@ -152,11 +152,15 @@ size_t kv_bytes(const llm_kv *kv);
 tsl_tensor *kv_k_view(tsl_context *ctx, const llm_kv *kv, int il, int32_t n_kv);
 /* Values of positions [0, n_kv), as [n_kv, head_dim_v, n_head_kv] (transposed). */
 tsl_tensor *kv_v_view(tsl_context *ctx, const llm_kv *kv, int il, int32_t n_kv);
-/* Copy k [head_dim * n_head_kv, n] and v [head_dim_v * n_head_kv, n] into
- * positions [pos0, pos0 + n) of layer il. Returns the two copy nodes, which
- * the graph must contain before any read of the layer's cache. */
-bool kv_store(tsl_context *ctx, const llm_kv *kv, int il, int32_t pos0, tsl_tensor *k, tsl_tensor *v,
-              tsl_tensor **cpy_k, tsl_tensor **cpy_v);
+/* Write k [head_dim * n_head_kv, n] and v [head_dim_v * n_head_kv, n] into
+ * positions [pos0, pos0 + n) of layer il. An F32 or F16 cache takes them at
+ * the positions `pos` holds (I32 [n], pos0 .. pos0 + n - 1: set_rows, so the
+ * graph does not depend on pos0 and a device can submit a decode step's
+ * commands again); a quantized one through copies into views at pos0.
+ * Returns the two write nodes, which the graph must contain before any read
+ * of the layer's cache. */
+bool kv_store(tsl_context *ctx, const llm_kv *kv, int il, int32_t pos0, tsl_tensor *pos, tsl_tensor *k,
+              tsl_tensor *v, tsl_tensor **cpy_k, tsl_tensor **cpy_v);
 
 /* Write zeros over the whole cache (positions never written must still be
  * finite numbers: attention reads up to a padded length, see llm.c). */
@@ -164,7 +168,8 @@ tsl_status kv_zero(llm_kv *kv, tsl_error *err);
 
 /* Point the two cache writes kv_store made for positions [p, p + n) of
  * layer il at positions [pos0, pos0 + n) instead: a single-token graph is
- * reused for the next position this way (llm.c) rather than built again. */
+ * reused for the next position this way (llm.c) rather than built again.
+ * Writes by position (set_rows) need nothing: their positions are data. */
 void kv_store_move(const llm_kv *kv, int il, int32_t pos0, tsl_tensor *cpy_k, tsl_tensor *cpy_v);
 /* The cache of a context (llm.c), for tests that simulate its loss. */
 llm_kv *llm_ctx_kv(tsl_llm_ctx *c);

@@ -63,6 +63,8 @@
     X(GELU_F32, "gelu_f32", 4, 0, 0, 4)                       \
     VK_KERNELS_CPY(X)                                         \
     X(GET_ROWS_F32, "get_rows_f32", 4, 4, 0, 4)               \
+    X(SET_ROWS_F32, "set_rows_f32", 4, 4, 0, 4)               \
+    X(SET_ROWS_F16, "set_rows_f16", 4, 4, 0, 2)               \
     X(GET_ROWS_F16, "get_rows_f16", 2, 4, 0, 4)               \
     X(GET_ROWS_BF16, "get_rows_bf16", 2, 4, 0, 4)             \
     X(GET_ROWS_Q8_0, "get_rows_q8_0", 2, 4, 0, 4)             \

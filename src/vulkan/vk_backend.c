@@ -1111,10 +1111,18 @@ static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
         for (int k = 0; k < be->n_exec; k++)
             if (be->exec[k].index == node) nt = be->exec[k].node;
         const tsl_tensor *tab = nt ? nt->src[0] : NULL, *idx = nt ? nt->src[1] : NULL;
-        st = error_set(&rec, TSL_FAILED, be->name, be->device, node, nt, NULL,
-                       "get_rows: index %d at position %u of '%s' is out of range (table '%s' has %lld rows)",
-                       (int)be->swords[2], be->swords[3], vk_label(idx), vk_label(tab),
-                       tab ? (long long)tab->ne[1] : 0LL);
+        if (nt && nt->op == TSL_OP_SET_ROWS) {
+            const int dim = op_get_i32(nt, 0);
+            st = error_set(&rec, TSL_FAILED, be->name, be->device, node, nt, NULL,
+                           "set_rows: index %d at position %u of '%s' is out of range ('%s' has %lld %s)",
+                           (int)be->swords[2], be->swords[3], vk_label(idx), vk_label(nt->src[2]),
+                           (long long)nt->ne[dim], dim == 1 ? "rows" : "columns");
+        } else {
+            st = error_set(&rec, TSL_FAILED, be->name, be->device, node, nt, NULL,
+                           "get_rows: index %d at position %u of '%s' is out of range (table '%s' has %lld rows)",
+                           (int)be->swords[2], be->swords[3], vk_label(idx), vk_label(tab),
+                           tab ? (long long)tab->ne[1] : 0LL);
+        }
     }
     be->pending = false;
     if (st != TSL_SUCCESS && err) *err = rec;

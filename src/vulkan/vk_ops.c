@@ -206,6 +206,11 @@ static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MA
                 : a->type == TSL_TYPE_BF16 ? VK_K_GET_ROWS_BF16 : a->type == TSL_TYPE_Q8_0 ? VK_K_GET_ROWS_Q8_0
                 : VK_K_GET_ROWS_Q4_0;
         return 1;
+    case TSL_OP_SET_ROWS:
+        if (!vk_is_f32(a) || !b || b->type != TSL_TYPE_I32 || (n->type != TSL_TYPE_F32 && n->type != TSL_TYPE_F16))
+            return 0;
+        cand[0] = n->type == TSL_TYPE_F32 ? VK_K_SET_ROWS_F32 : VK_K_SET_ROWS_F16;
+        return 1;
     case TSL_OP_OUT_PROD: {
         int k = vk_out_prod_kernel_for(a->type);
         if (k < 0 || !b || !vk_is_f32(b) || !vk_is_f32(n) || n->nb[0] != sizeof(float)) return 0;
@@ -383,6 +388,23 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         }
         *p++ = flags;
         vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
+        break;
+    }
+    case VK_K_SET_ROWS_F32:
+    case VK_K_SET_ROWS_F16: {
+        /* src (binding 0), positions (1), the destination view (3) */
+        const int dim = op_get_i32(n, 0);
+        p = put_ne(p, a);
+        p = vk_put_strides(p, a, 4, 0);
+        p = vk_put_strides(p, n, es[3], 0);
+        *p++ = vk_u32((int64_t)(b->nb[0] / 4));
+        *p++ = x->b[0].eoff;
+        *p++ = x->b[1].eoff;
+        *p++ = x->b[3].eoff;
+        *p++ = (uint32_t)dim;
+        *p++ = vk_u32(n->ne[dim]);
+        *p++ = (uint32_t)x->index;
+        vk_grid(d, ((uint64_t)tsl_nelements(a) + 255) / 256, grid);
         break;
     }
     case VK_K_GET_ROWS_F32:

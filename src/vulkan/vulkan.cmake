@@ -114,6 +114,8 @@ set(TSL_VK_KERNELS
   "concat_f64|concat.comp|UNIT_WORDS=4"
   "concat_i8|concat.comp|UNIT_BYTES"
   "get_rows_f32|get_rows.comp|A_F32"
+  "set_rows_f32|set_rows.comp|DST_F32"
+  "set_rows_f16|set_rows.comp|DST_F16"
   "get_rows_f16|get_rows.comp|A_F16"
   "get_rows_bf16|get_rows.comp|A_BF16"
   "get_rows_q8_0|get_rows.comp|A_Q8_0"

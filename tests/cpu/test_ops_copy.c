@@ -527,6 +527,123 @@ static void test_get_rows_out_of_range(void) {
         }
 }
 
+/* ---- set_rows ------------------------------------------------------------ */
+
+/* src (F32, any layout) into dst (F32 or F16) at distinct random positions
+ * along dim 0 and 1; everything else of dst kept. Exact: the written values
+ * are src rounded to dst's type (tsl_fp32_to_fp16, nearest even). */
+static void test_set_rows(void) {
+    ref_stats st = {.op = "set_rows (f32, f16; dims 0, 1)", .tol = "exact"};
+    unsigned long long rng = ref_seed(1717);
+    static const tsl_type dt[2] = {TSL_TYPE_F32, TSL_TYPE_F16};
+    for (int ti = 0; ti < 2; ti++)
+        for (int dim = 0; dim < 2; dim++)
+            for (int rep = 0; rep < 4; rep++) {
+                tsl_context *ctx = ref_ctx(8);
+                if (!ctx) return;
+                int64_t dne[4] = {ref_rand_int(&rng, 1, 70), ref_rand_int(&rng, 1, 40), ref_rand_int(&rng, 1, 3),
+                                  ref_rand_int(&rng, 1, 2)};
+                const int64_t n = ref_rand_int(&rng, 1, dne[dim]);
+                int64_t sne[4] = {dne[0], dne[1], dne[2], dne[3]};
+                sne[dim] = n;
+                const int64_t ine[4] = {n, 1, 1, 1};
+                ref_layout sl = (ref_layout)(rep % REF_NLAYOUT);
+                tsl_tensor *dst = ref_tensor(ctx, dt[ti], dne, REF_CONTIG, &rng, -3.0f, 3.0f);
+                tsl_tensor *src = ref_tensor(ctx, TSL_TYPE_F32, sne, sl, &rng, -1e4f, 1e4f);
+                tsl_tensor *idx = ref_tensor(ctx, TSL_TYPE_I32, ine, REF_CONTIG, &rng, 0.0f, 1.0f);
+                char sh[96];
+                describe_shape(sh, sizeof sh, dne);
+                ref_describe("set_rows %s dst %s, dim %d, %lld positions, src %s", tsl_type_name(dt[ti]), sh, dim,
+                             (long long)n, ref_layout_name(sl));
+                if (!dst || !src || !idx) {
+                    CHECKF(0, "%s: cannot make operands: %s", ref_case, tsl_ctx_error(ctx));
+                    tsl_ctx_free(ctx);
+                    continue;
+                }
+                /* distinct positions: the first n of a shuffle */
+                int64_t *perm = malloc((size_t)dne[dim] * sizeof *perm);
+                for (int64_t i = 0; i < dne[dim]; i++) perm[i] = i;
+                for (int64_t i = dne[dim] - 1; i > 0; i--) {
+                    int64_t j = ref_rand_int(&rng, 0, i), t = perm[i];
+                    perm[i] = perm[j];
+                    perm[j] = t;
+                }
+                for (int64_t j = 0; j < n; j++) ref_set(idx, j, 0, 0, 0, (double)perm[j]);
+                tsl_tensor *out = tsl_set_rows(ctx, dst, src, idx, dim);
+                CHECKF(out != NULL, "%s: %s", ref_case, tsl_ctx_error(ctx));
+                double *ref = (double *)malloc((size_t)ref_nel(dne) * sizeof(double));
+                for (int64_t i3 = 0; i3 < dne[3]; i3++)
+                    for (int64_t i2 = 0; i2 < dne[2]; i2++)
+                        for (int64_t i1 = 0; i1 < dne[1]; i1++)
+                            for (int64_t i0 = 0; i0 < dne[0]; i0++)
+                                ref[ref_ix(dne, i0, i1, i2, i3)] = ref_get(dst, i0, i1, i2, i3);
+                for (int64_t i3 = 0; i3 < sne[3]; i3++)
+                    for (int64_t i2 = 0; i2 < sne[2]; i2++)
+                        for (int64_t i1 = 0; i1 < sne[1]; i1++)
+                            for (int64_t i0 = 0; i0 < sne[0]; i0++) {
+                                float v = (float)ref_get(src, i0, i1, i2, i3);
+                                if (dt[ti] == TSL_TYPE_F16) v = tsl_fp16_to_fp32(tsl_fp32_to_fp16(v));
+                                const int64_t o0 = dim == 0 ? perm[i0] : i0, o1 = dim == 1 ? perm[i1] : i1;
+                                ref[ref_ix(dne, o0, o1, i2, i3)] = v;
+                            }
+                /* each run starts from dst as it was */
+                void *saved = malloc(tsl_nbytes(dst));
+                memcpy(saved, dst->data, tsl_nbytes(dst));
+                ref_restore rs = {dst->data, saved, tsl_nbytes(dst)};
+                if (out) ref_run(&st, ref_graph(ctx, out), out, ref, NULL, 0, 0, &rs);
+                free(saved);
+                free(ref);
+                free(perm);
+                tsl_ctx_free(ctx);
+            }
+    ref_stats_print(&st);
+}
+
+/* A position outside dst fails the compute (FAILED, "out of range"), and
+ * dst is left as it was; the next good graph on the same backend runs. */
+static void test_set_rows_out_of_range(void) {
+    static const int32_t bad[2] = {5, -1};
+    for (int k = 0; k < 2; k++)
+        for (int bi = 0; bi < REF_NB; bi++) {
+            tsl_context *ctx = ref_ctx(1);
+            if (!ctx) return;
+            tsl_tensor *dst = tsl_new_tensor_2d(ctx, TSL_TYPE_F16, 8, 5);
+            tsl_tensor *src = tsl_new_tensor_2d(ctx, TSL_TYPE_F32, 8, 3);
+            tsl_tensor *idx = tsl_new_tensor_1d(ctx, TSL_TYPE_I32, 3);
+            if (!dst || !src || !idx) {
+                CHECKF(0, "cannot make operands: %s", tsl_ctx_error(ctx));
+                tsl_ctx_free(ctx);
+                return;
+            }
+            for (int i = 0; i < 40; i++) ((tsl_fp16_t *)dst->data)[i] = tsl_fp32_to_fp16(7.0f);
+            for (int i = 0; i < 24; i++) ((float *)src->data)[i] = (float)i;
+            int32_t *iv = (int32_t *)idx->data;
+            iv[0] = 0;
+            iv[1] = bad[k];
+            iv[2] = 1;
+            tsl_tensor *out = tsl_set_rows(ctx, dst, src, idx, 1);
+            tsl_graph *g = out ? tsl_graph_build(ctx, &out, 1) : NULL;
+            CHECK(g != NULL);
+            if (g) {
+                tsl_error err;
+                tsl_error_clear(&err);
+                tsl_status s = ref_compute_status(bi, g, &err);
+                CHECKF(s == TSL_FAILED, "set_rows index %d of 5 rows, %s: status %s, want FAILED", bad[k],
+                       ref_where(REF_NTH(bi)), tsl_status_str(s));
+                CHECK_STR_CONTAINS(err.message, "out of range");
+                CHECK_STR_CONTAINS(err.message, "set_rows");
+                iv[1] = 4;
+                s = ref_compute_status(bi, g, &err);
+                CHECKF(s == TSL_SUCCESS, "a good set_rows after a failed one: %s", tsl_status_str(s));
+                if (s == TSL_SUCCESS) {
+                    CHECK(tsl_get_f32_nd(out, 3, 4, 0, 0) == 11.0f); /* src row 1, element 3 */
+                    CHECK(tsl_get_f32_nd(out, 3, 2, 0, 0) == 7.0f);  /* untouched */
+                }
+            }
+            tsl_ctx_free(ctx);
+        }
+}
+
 /* ---- concat -------------------------------------------------------------- */
 
 static void test_concat(void) {
@@ -682,6 +799,8 @@ int main(void) {
     RUN(test_cont);
     RUN(test_get_rows);
     RUN(test_get_rows_out_of_range);
+    RUN(test_set_rows);
+    RUN(test_set_rows_out_of_range);
     RUN(test_concat);
     RUN(test_views_composed);
     ref_teardown();

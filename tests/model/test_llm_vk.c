@@ -435,6 +435,13 @@ static void test_steady_decode(void) {
     CHECK(same);
     CHECK(tsl_backend_n_buffers(be, &bytes1) == nbuf0 && bytes1 == bytes0);
     CHECK(s1.computes - s0.computes == (uint64_t)steps);
+    /* the cache is written at positions the graph reads as data, so every
+     * token records the same commands: after the first, every command
+     * buffer is submitted again as recorded */
+    CHECKF(s1.reused_command_buffers - s0.reused_command_buffers == s1.submits - s0.submits,
+           "%llu of %llu command buffers reused over %d tokens",
+           (unsigned long long)(s1.reused_command_buffers - s0.reused_command_buffers),
+           (unsigned long long)(s1.submits - s0.submits), steps);
     /* one upload (tokens, positions, mask) and one readback per token */
     CHECKF(s1.transfers - s0.transfers <= (uint64_t)(2 * steps), "%llu transfers for %d tokens",
            (unsigned long long)(s1.transfers - s0.transfers), steps);
