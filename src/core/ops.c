@@ -371,6 +371,20 @@ tsl_tensor *tsl_dup(tsl_context *ctx, tsl_tensor *a, tsl_type type) {
     return op_new_like(ctx, "dup", TSL_OP_DUP, type, a, a, NULL, NULL);
 }
 
+/* The result of an op that writes into dst (cpy, set_rows): a view of dst,
+ * dst's shape and strides, at its data. */
+static tsl_tensor *op_write_view(tsl_context *ctx, const char *who, tsl_op op, tsl_tensor *dst) {
+    tsl_tensor *root = dst->view_src ? dst->view_src : dst;
+    tsl_tensor *t = ctx_tensor_new(ctx, who, dst->type, dst->ne, dst->nb, false);
+    if (!t) return NULL;
+    t->op = op;
+    t->view_src = root;
+    t->view_offs = dst->view_src ? dst->view_offs : 0;
+    t->buffer = root->buffer;
+    t->data = dst->data;
+    return t;
+}
+
 tsl_tensor *tsl_cpy(tsl_context *ctx, tsl_tensor *a, tsl_tensor *b) {
     if (!ctx || !a || !b) return NULL;
     if (tsl_nelements(a) != tsl_nelements(b))
@@ -394,16 +408,10 @@ tsl_tensor *tsl_cpy(tsl_context *ctx, tsl_tensor *a, tsl_tensor *b) {
                                 "lengths, or both contiguous with rows of whole %lld-element blocks",
                                 S(a).s, S(b).s, (long long)a->ne[0], (long long)b->ne[0], (long long)bl);
     }
-    tsl_tensor *root = b->view_src ? b->view_src : b;
-    tsl_tensor *t = ctx_tensor_new(ctx, "cpy", b->type, b->ne, b->nb, false);
+    tsl_tensor *t = op_write_view(ctx, "cpy", TSL_OP_CPY, b);
     if (!t) return NULL;
-    t->op = TSL_OP_CPY;
     t->src[0] = a;
     t->src[1] = b;
-    t->view_src = root;
-    t->view_offs = b->view_src ? b->view_offs : 0;
-    t->buffer = root->buffer;
-    t->data = b->data;
     return t;
 }
 
@@ -522,18 +530,12 @@ tsl_tensor *tsl_set_rows(tsl_context *ctx, tsl_tensor *dst, tsl_tensor *src, tsl
                                 "set_rows: src %s, dst %s, idx %s along dim %d: src must be dst's shape with idx's "
                                 "length (%lld) along dim %d",
                                 S(src).s, S(dst).s, S(idx).s, dim, (long long)idx->ne[0], dim);
-    tsl_tensor *root = dst->view_src ? dst->view_src : dst;
-    tsl_tensor *t = ctx_tensor_new(ctx, "set_rows", dst->type, dst->ne, dst->nb, false);
+    tsl_tensor *t = op_write_view(ctx, "set_rows", TSL_OP_SET_ROWS, dst);
     if (!t) return NULL;
-    t->op = TSL_OP_SET_ROWS;
     t->op_params[0] = dim;
     t->src[0] = src;
     t->src[1] = idx;
     t->src[2] = dst;
-    t->view_src = root;
-    t->view_offs = dst->view_src ? dst->view_offs : 0;
-    t->buffer = root->buffer;
-    t->data = dst->data;
     return t;
 }
 
