@@ -625,6 +625,53 @@ out:
     tsl_ctx_free(wctx);
 }
 
+/* The integer-dot mat-vec's quantizer is part of its kernel: when the
+ * quantizer cannot be built, the compute fails naming the mat-vec (with the
+ * driver's text), and the backend then refuses the node (supports_op), so a
+ * scheduler runs it elsewhere; nothing is dispatched with a stale column. */
+static void test_vecq_quantizer_broken(void) {
+    if (!g_info.integer_dot) {
+        printf("  not run: the device has no integer dot products\n");
+        return;
+    }
+    const char *qname = "quantize_q8_f32";
+    size_t size = 0;
+    const uint32_t *spv = vk_test_kernel_spirv(qname, &size);
+    CHECK(spv != NULL && size > 20);
+    tsl_error err;
+    tsl_backend *be = tsl_backend_vulkan_new(g_info.index, &err);
+    CHECK(be != NULL);
+    if (!be || !spv) {
+        tsl_backend_free(be);
+        return;
+    }
+    tsl_vulkan_stats v0, v1;
+    tsl_backend_vulkan_stats(be, &v0);
+    CHECK(vk_test_set_kernel(be, qname, spv, size, "no_such_entry", &err) == TSL_SUCCESS);
+    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
+    tsl_tensor *a = tsl_new_tensor_2d(ctx, TSL_TYPE_Q4_0, 64, 40);
+    tsl_tensor *b = tsl_new_tensor_2d(ctx, TSL_TYPE_F32, 64, 1);
+    tsl_tensor *o = tsl_mul_mat(ctx, a, b);
+    tsl_graph *g = tsl_graph_build(ctx, &o, 1);
+    tsl_buffer *buf = tsl_buffer_alloc_ctx(be, ctx, &err);
+    CHECK(g && buf);
+    CHECK(tsl_backend_supports_op(be, o));
+    tsl_status st = g && buf ? tsl_backend_graph_compute(be, g, &err) : TSL_FAILED;
+    CHECKF(st == TSL_FAILED, "compute: %s, want FAILED", tsl_status_str(st));
+    CHECKF(strcmp(err.kernel, "mul_mat_vecq_q4_0_f32") == 0, "the record names kernel '%s'", err.kernel);
+    CHECK(tsl_backend_vulkan_stats(be, &v1) == TSL_SUCCESS);
+    CHECKF(v1.dispatches == v0.dispatches, "%llu dispatches recorded by the failed compute",
+           (unsigned long long)(v1.dispatches - v0.dispatches));
+    CHECK(!tsl_backend_supports_op(be, o));
+    g_expected_validation_errors += v1.validation_errors - v0.validation_errors; /* the layer, when on, objects */
+    /* the device's quantizer as built: the kernel is the device's, shared by
+     * every backend on it */
+    CHECK(vk_test_set_kernel(be, qname, NULL, 0, NULL, &err) == TSL_SUCCESS);
+    tsl_buffer_free(buf);
+    tsl_ctx_free(ctx);
+    tsl_backend_free(be);
+}
+
 /* Forcing is strict: a forced kernel that does not apply leaves the node
  * without a Vulkan kernel; a name of another weight type leaves it alone;
  * and the forced kernel is the one that runs (a broken copy of it fails
@@ -999,6 +1046,7 @@ int main(int argc, char **argv) {
         RUN(test_vecq);
         RUN(test_vecq_column_reuse);
         RUN(test_vecq_quantizer_exact);
+        RUN(test_vecq_quantizer_broken);
         RUN(test_small_n);
         RUN(test_coopmat);
         RUN(test_coopmat_emulated);
