@@ -20,9 +20,11 @@
  * copy in its own memory, one per model and device (weights.c).
  *
  * Decoding builds a graph per batch in a small metadata context (a graph
- * depends on the batch's positions and length); a single token's graph is
- * kept and moved to the next position (only where it writes the cache
- * changes) as long as its shape holds. The graph's inputs (tokens,
+ * depends on the batch's length and attention span); a single token's graph
+ * is kept for the next token as long as its shape holds: an F32/F16 cache is
+ * written at the positions the graph takes as input (set_rows), so nothing
+ * in it changes, and a quantized cache's writes are moved to the next
+ * position. The graph's inputs (tokens,
  * positions, causal mask) live in a buffer the context keeps on its backend
  * and go up in one copy; the graph is computed on the CPU through the
  * context's graph allocator, on a device through the scheduler, which
@@ -962,8 +964,9 @@ static void llm_drop_decode_graph(tsl_llm_ctx *c) {
 }
 
 /* One graph: tokens [pos0, pos0 + n), logits of the last token (or all) into
- * dst. A single token's graph is kept and moved to the next position for
- * the next token (arch_move), as long as its attention span, the logits
+ * dst. A single token's graph is kept for the next token (arch_move: its
+ * activations placed again, a quantized cache's writes moved), as long as
+ * its attention span, the logits
  * wanted and the input buffer stay the same: decoding builds a graph once
  * per LLM_KV_PAD positions, not per token. Any failure drops it. */
 static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, bool all,

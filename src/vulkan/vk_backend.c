@@ -178,6 +178,7 @@ struct vk_backend {
     bool cb_explicit; /* n_cb was asked for (setter, TSL_VULKAN_CB): no minimum size */
     int watchdog_ms; /* 0: default, scaled to the work */
     bool no_reuse;   /* record every compute (TSL_VULKAN_REUSE=0, tsl_backend_vulkan_set_reuse) */
+    bool no_fuse;    /* one dispatch per node (TSL_VULKAN_FUSE=0) */
     vk_slot slots[VK_MAX_CB];
     vk_exec *exec;
     int exec_cap, n_exec;
@@ -499,12 +500,7 @@ static int vk_fusable(const vk_exec *x, const vk_exec *y) {
  * (rms_norm_mul) or absorbs the second (a mat-vec storing r + its result).
  * Off with TSL_VULKAN_FUSE=0. Returns the new number of execs. */
 static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
-    static int off = -1;
-    if (off < 0) {
-        const char *e = getenv("TSL_VULKAN_FUSE");
-        off = e && strcmp(e, "0") == 0;
-    }
-    if (off || n < 2) return n;
+    if (be->no_fuse || n < 2) return n;
     vk_device *d = be->dev;
     /* the candidates' first nodes, in a small open-addressed set with their
      * use counts */
@@ -2097,6 +2093,7 @@ tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
     be->n_cb = vk_env_int("TSL_VULKAN_CB", 1, VK_MAX_CB, VK_DEFAULT_CB);
     be->cb_explicit = getenv("TSL_VULKAN_CB") != NULL;
     be->no_reuse = getenv("TSL_VULKAN_REUSE") && strcmp(getenv("TSL_VULKAN_REUSE"), "0") == 0;
+    be->no_fuse = getenv("TSL_VULKAN_FUSE") && strcmp(getenv("TSL_VULKAN_FUSE"), "0") == 0;
     be->watchdog_ms = vk_env_int("TSL_VULKAN_WATCHDOG_MS", 0, INT_MAX, 0);
     vk_timestamps_probe(be);
     /* helpers for staging copies: only on a device that stages (tensor

@@ -124,7 +124,8 @@ static void check_layout(tsl_type type, uint32_t alignment, bool want_file_layou
         for (int i = 0; i < N_PROMPT; i++) {
             const float *a = lg + (size_t)i * nv, *b = lc + (size_t)i * nv;
             /* F32: the kernels against each other; Q8_0: the CPU rounds
-             * activations to Q8_0, the device does not */
+             * activations to Q8_0 in every product, the device in one-token
+             * products only (the prompt's last logits) */
             double d = rel_diff(a, b, nv);
             CHECKF(d <= (type == TSL_TYPE_F32 ? 1e-3 : 5e-2), "position %d: %.3g", i, d);
             if (type == TSL_TYPE_F32) CHECKF(argmax(a, nv) == argmax(b, nv), "position %d", i);
@@ -377,7 +378,8 @@ static void test_weight_op_fallback(void) {
             want += (w->layers[il].wqkv ? 1 : 3) + 1 + (w->layers[il].ffn_gate_up ? 1 : 2) + 1;
         CHECKF(tm->n_host_weights == want, "%d host weights, want %d", tm->n_host_weights, want);
         CHECK(tm->n_splits > 1);
-        /* the CPU rounds activations to Q8_0 for its products, the device does not */
+        /* the CPU rounds activations to Q8_0 for every product, the device
+         * (the ops it kept) for one-token products with integer dot products */
         CHECK(rel_diff(tsl_llm_logits(c, -1), tsl_llm_logits(cc, -1), nv) <= 5e-2);
     }
     CHECK(tsl_backend_injected(be, TSL_FAULT_KERNEL) == 1);
@@ -394,7 +396,8 @@ out:
 /* ---- steady-state decode ----------------------------------------------------------------- */
 
 /* Decoding token by token allocates nothing on the device and moves only
- * the inputs and the logits: the same graph (moved to the next position)
+ * the inputs and the logits: the same graph (its cache writes take the
+ * position as input data)
  * and the same activation buffer serve every token of a 256-position
  * window, the backend's buffer count stays put, and each token costs one
  * upload of its inputs and one readback. */
@@ -426,7 +429,7 @@ static void test_steady_decode(void) {
             CHECKF(false, "step %d: %s", i, err.message);
             break;
         }
-        /* and the graph itself is the last token's, moved one position on */
+        /* and the graph itself is the last token's */
         same = same && llm_ctx_timings(c)->act_buffer == act && llm_ctx_timings(c)->n_kv == 256 &&
                llm_ctx_timings(c)->n_graphs_reused == 1;
     }

@@ -618,6 +618,57 @@ out:
     tsl_ctx_free(wctx);
 }
 
+/* A backend of its own whose kernel kname has its SPIR-V with a missing
+ * entry point (the driver refuses it), and on it one product of weights of
+ * type t [64, 40] by one F32 column. */
+typedef struct broken_kernel {
+    const char *kname;
+    tsl_backend *be;
+    tsl_context *ctx;
+    tsl_buffer *buf;
+    tsl_graph *g;
+    tsl_tensor *out;
+    tsl_vulkan_stats v0;
+} broken_kernel;
+
+static bool broken_kernel_open(broken_kernel *bk, const char *kname, tsl_type t) {
+    memset(bk, 0, sizeof *bk);
+    bk->kname = kname;
+    size_t size = 0;
+    const uint32_t *spv = vk_test_kernel_spirv(kname, &size);
+    CHECK(spv != NULL && size > 20);
+    tsl_error err;
+    bk->be = spv ? tsl_backend_vulkan_new(g_info.index, &err) : NULL;
+    CHECK(bk->be != NULL);
+    if (!bk->be) return false;
+    tsl_backend_vulkan_stats(bk->be, &bk->v0);
+    CHECK(vk_test_set_kernel(bk->be, kname, spv, size, "no_such_entry", &err) == TSL_SUCCESS);
+    bk->ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
+    tsl_tensor *a = tsl_new_tensor_2d(bk->ctx, t, 64, 40);
+    tsl_tensor *b = tsl_new_tensor_2d(bk->ctx, TSL_TYPE_F32, 64, 1);
+    bk->out = tsl_mul_mat(bk->ctx, a, b);
+    bk->g = bk->out ? tsl_graph_build(bk->ctx, &bk->out, 1) : NULL;
+    bk->buf = bk->g ? tsl_buffer_alloc_ctx(bk->be, bk->ctx, &err) : NULL;
+    CHECK(bk->g && bk->buf);
+    return bk->g && bk->buf;
+}
+
+/* The kernel as built again (kernels are the device's, shared by every
+ * backend on it), the validation layer's objections to the broken one
+ * expected, everything freed. */
+static void broken_kernel_close(broken_kernel *bk) {
+    tsl_error err;
+    if (bk->be) {
+        tsl_vulkan_stats v1;
+        tsl_backend_vulkan_stats(bk->be, &v1);
+        g_expected_validation_errors += v1.validation_errors - bk->v0.validation_errors;
+        CHECK(vk_test_set_kernel(bk->be, bk->kname, NULL, 0, NULL, &err) == TSL_SUCCESS);
+    }
+    tsl_buffer_free(bk->buf);
+    tsl_ctx_free(bk->ctx);
+    tsl_backend_free(bk->be);
+}
+
 /* The integer-dot mat-vec's quantizer is part of its kernel: when the
  * quantizer cannot be built, the compute fails naming the mat-vec (with the
  * driver's text), and the backend then refuses the node (supports_op), so a
@@ -627,42 +678,20 @@ static void test_vecq_quantizer_broken(void) {
         printf("  not run: the device has no integer dot products\n");
         return;
     }
-    const char *qname = "quantize_q8_f32";
-    size_t size = 0;
-    const uint32_t *spv = vk_test_kernel_spirv(qname, &size);
-    CHECK(spv != NULL && size > 20);
-    tsl_error err;
-    tsl_backend *be = tsl_backend_vulkan_new(g_info.index, &err);
-    CHECK(be != NULL);
-    if (!be || !spv) {
-        tsl_backend_free(be);
-        return;
+    broken_kernel bk;
+    if (broken_kernel_open(&bk, "quantize_q8_f32", TSL_TYPE_Q4_0)) {
+        tsl_error err;
+        CHECK(tsl_backend_supports_op(bk.be, bk.out));
+        tsl_status st = tsl_backend_graph_compute(bk.be, bk.g, &err);
+        CHECKF(st == TSL_FAILED, "compute: %s, want FAILED", tsl_status_str(st));
+        CHECKF(strcmp(err.kernel, "mul_mat_vecq_q4_0_f32") == 0, "the record names kernel '%s'", err.kernel);
+        tsl_vulkan_stats v1;
+        CHECK(tsl_backend_vulkan_stats(bk.be, &v1) == TSL_SUCCESS);
+        CHECKF(v1.dispatches == bk.v0.dispatches, "%llu dispatches recorded by the failed compute",
+               (unsigned long long)(v1.dispatches - bk.v0.dispatches));
+        CHECK(!tsl_backend_supports_op(bk.be, bk.out));
     }
-    tsl_vulkan_stats v0, v1;
-    tsl_backend_vulkan_stats(be, &v0);
-    CHECK(vk_test_set_kernel(be, qname, spv, size, "no_such_entry", &err) == TSL_SUCCESS);
-    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
-    tsl_tensor *a = tsl_new_tensor_2d(ctx, TSL_TYPE_Q4_0, 64, 40);
-    tsl_tensor *b = tsl_new_tensor_2d(ctx, TSL_TYPE_F32, 64, 1);
-    tsl_tensor *o = tsl_mul_mat(ctx, a, b);
-    tsl_graph *g = tsl_graph_build(ctx, &o, 1);
-    tsl_buffer *buf = tsl_buffer_alloc_ctx(be, ctx, &err);
-    CHECK(g && buf);
-    CHECK(tsl_backend_supports_op(be, o));
-    tsl_status st = g && buf ? tsl_backend_graph_compute(be, g, &err) : TSL_FAILED;
-    CHECKF(st == TSL_FAILED, "compute: %s, want FAILED", tsl_status_str(st));
-    CHECKF(strcmp(err.kernel, "mul_mat_vecq_q4_0_f32") == 0, "the record names kernel '%s'", err.kernel);
-    CHECK(tsl_backend_vulkan_stats(be, &v1) == TSL_SUCCESS);
-    CHECKF(v1.dispatches == v0.dispatches, "%llu dispatches recorded by the failed compute",
-           (unsigned long long)(v1.dispatches - v0.dispatches));
-    CHECK(!tsl_backend_supports_op(be, o));
-    g_expected_validation_errors += v1.validation_errors - v0.validation_errors; /* the layer, when on, objects */
-    /* the device's quantizer as built: the kernel is the device's, shared by
-     * every backend on it */
-    CHECK(vk_test_set_kernel(be, qname, NULL, 0, NULL, &err) == TSL_SUCCESS);
-    tsl_buffer_free(buf);
-    tsl_ctx_free(ctx);
-    tsl_backend_free(be);
+    broken_kernel_close(&bk);
 }
 
 /* Forcing is strict: a forced kernel that does not apply leaves the node
@@ -685,36 +714,18 @@ static void test_forcing(void) {
 
     /* break one variant on a backend of its own: forced, it fails naming it */
     const char *kname = "mul_mat_vec_f16_f32_w64s1r2";
-    size_t size = 0;
-    const uint32_t *spv = vk_test_kernel_spirv(kname, &size);
-    CHECK(spv != NULL && size > 20);
-    tsl_error err;
-    tsl_backend *be = tsl_backend_vulkan_new(g_info.index, &err);
-    CHECK(be != NULL);
-    if (!be || !spv) return;
-    tsl_vulkan_stats v0, v1;
-    tsl_backend_vulkan_stats(be, &v0);
-    CHECK(vk_test_set_kernel(be, kname, spv, size, "no_such_entry", &err) == TSL_SUCCESS);
-    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
-    tsl_tensor *a = tsl_new_tensor_2d(ctx, TSL_TYPE_F16, 64, 40);
-    tsl_tensor *b = tsl_new_tensor_2d(ctx, TSL_TYPE_F32, 64, 1);
-    tsl_tensor *o = tsl_mul_mat(ctx, a, b);
-    tsl_graph *g = tsl_graph_build(ctx, &o, 1);
-    tsl_buffer *buf = tsl_buffer_alloc_ctx(be, ctx, &err);
-    CHECK(buf != NULL);
-    setenv("TSL_VK_MM_VARIANT", kname, 1);
-    tsl_status st = tsl_backend_graph_compute(be, g, &err);
-    unsetenv("TSL_VK_MM_VARIANT");
-    CHECK(st == TSL_FAILED);
-    CHECK(strcmp(err.kernel, kname) == 0);
-    tsl_backend_vulkan_stats(be, &v1);
-    g_expected_validation_errors += v1.validation_errors - v0.validation_errors; /* the layer, when on, objects */
-    /* unforced, the same graph runs on the default kernel */
-    CHECK(tsl_backend_graph_compute(be, g, &err) == TSL_SUCCESS);
-    CHECK(vk_test_set_kernel(be, kname, NULL, 0, NULL, &err) == TSL_SUCCESS);
-    tsl_buffer_free(buf);
-    tsl_ctx_free(ctx);
-    tsl_backend_free(be);
+    broken_kernel bk;
+    if (broken_kernel_open(&bk, kname, TSL_TYPE_F16)) {
+        tsl_error err;
+        setenv("TSL_VK_MM_VARIANT", kname, 1);
+        tsl_status st = tsl_backend_graph_compute(bk.be, bk.g, &err);
+        unsetenv("TSL_VK_MM_VARIANT");
+        CHECK(st == TSL_FAILED);
+        CHECK(strcmp(err.kernel, kname) == 0);
+        /* unforced, the same graph runs on the default kernel */
+        CHECK(tsl_backend_graph_compute(bk.be, bk.g, &err) == TSL_SUCCESS);
+    }
+    broken_kernel_close(&bk);
 }
 
 static void test_validation(void) {
