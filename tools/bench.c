@@ -773,7 +773,20 @@ static bool vkb_time_graph(bench_state *st, tsl_graph *g, bench_row *r, int reps
     double t[32];
     if (reps > 31) reps = 31;
     bool gpu = tsl_backend_vulkan_stats(st->be, &vs) == TSL_SUCCESS && vs.gpu_timing;
-    for (int i = 0; i < reps + 2; i++) {
+    /* Warm-up: at least two runs (the first builds the kernels) and, on a
+     * full run, a quarter of a second of them. A GPU left idle while the
+     * row's data was uploaded drops its clocks, and the governor takes tens
+     * of milliseconds of load to raise them again: timed right away, an
+     * arithmetic-bound kernel read at half its rate on the H200 (the
+     * memory-bound rows barely moved). */
+    const double warm_s = st->o.quick ? 0.0 : 0.25, w0 = bench_now();
+    for (int i = 0; i < 2 || bench_now() - w0 < warm_s; i++) {
+        if (tsl_backend_graph_compute(st->be, g, &err) != TSL_SUCCESS) {
+            tsl_error_format(&err, r->error, sizeof r->error);
+            return false;
+        }
+    }
+    for (int i = 2; i < reps + 2; i++) {
         double t0 = bench_now();
         tsl_status s = tsl_backend_graph_compute(st->be, g, &err);
         double dt = bench_now() - t0;

@@ -368,14 +368,20 @@ int tsl_sched_n_copies(const tsl_sched *s);
  *                            each) and print the time per kernel to stderr
  *                            when the backend is freed (where the queue has
  *                            timestamps)
- *   TSL_VULKAN_CHECKPOINTS=0 no NV diagnostic checkpoint before each kernel:
- *                            faster (about 1.4 us per kernel on an H200),
- *                            but a device loss no longer names its node
+ *   TSL_VULKAN_CHECKPOINTS=N an NV diagnostic checkpoint where every N-th
+ *                            level of kernels starts (default 1: each level,
+ *                            the kernels between two barriers); a device loss
+ *                            is placed within the nodes up to the next one.
+ *                            0: none, faster (~15% of an 8B model's decode
+ *                            on an H200), but a loss no longer names a node
  *   TSL_VULKAN_REUSE=0       record every compute's command buffers (by
  *                            default a compute whose commands equal the
  *                            last ones submits those again)
  *   TSL_VULKAN_FUSE=0        no fused pairs (mul(rms_norm(x), w); add(r, an
  *                            integer-dot mat-vec)): one dispatch per node
+ *   TSL_VULKAN_FUSE_QUANT=0  the integer-dot mat-vec's column quantizer
+ *                            always its own dispatch (by default a norm or a
+ *                            swiglu that makes the column writes it too)
  *   TSL_VULKAN_NO_INTEGER_DOT=1  leave VK_KHR_shader_integer_dot_product off:
  *                            Q8_0/Q4_0 mat-vec in F32 activations
  *   TSL_VULKAN_PIPELINE_STATS=1  log (at INFO) the driver's statistics of

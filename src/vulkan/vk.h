@@ -56,6 +56,7 @@
     X(MUL_F32, "mul_f32", 4, 4, 0, 4)                         \
     X(DIV_F32, "div_f32", 4, 4, 0, 4)                         \
     X(SWIGLU_F32, "swiglu_f32", 4, 4, 0, 4)                   \
+    X(SWIGLU_Q_F32, "swiglu_q_f32", 4, 4, 0, 4)               \
     X(SCALE_F32, "scale_f32", 4, 0, 0, 4)                     \
     X(SQR_F32, "sqr_f32", 4, 0, 0, 4)                         \
     X(SQRT_F32, "sqrt_f32", 4, 0, 0, 4)                       \
@@ -307,6 +308,7 @@ typedef struct vk_device {
     PFN_vkCmdPushDescriptorSetKHR push_descriptor_set;
     PFN_vkGetDeviceFaultInfoEXT get_fault_info;
     PFN_vkCmdSetCheckpointNV set_checkpoint;
+    int cp_every; /* a checkpoint every cp_every-th level (TSL_VULKAN_CHECKPOINTS; 0 none) */
     PFN_vkGetQueueCheckpointDataNV get_checkpoints;
 } vk_device;
 
@@ -428,6 +430,9 @@ typedef struct vk_exec {
      * other operand (the residual) is rb and whose output is b[3] */
     const tsl_tensor *fused;
     vk_bind rb;
+    /* rms_norm_mul whose one row integer-dot mat-vecs read next: it also
+     * writes the row quantized into the scratch, bound at b[2] (written) */
+    bool qout;
     vk_bind b[4];    /* src0, src1, src2, dst; blk NULL: bound to dst as a placeholder */
     double cost_s;   /* the watchdog's allowance for this node */
 } vk_exec;

@@ -133,6 +133,7 @@ enum { VK_REC_BARRIER, VK_REC_DISPATCH, VK_REC_STAMP };
 typedef struct vk_rec {
     uint32_t kind;
     uint32_t mark; /* dispatch: its NV checkpoint (node + 1, 0 none); stamp: the query */
+    int32_t node;  /* dispatch: the node it computes */
     VkPipeline pipe;
     VkDescriptorBufferInfo bi[VK_NBIND];
     uint32_t pcsize, grid[3];
@@ -158,6 +159,7 @@ typedef struct vk_slot {
     int64_t q_ne[TSL_MAX_DIMS];
     size_t q_nb[TSL_MAX_DIMS];
     uint64_t dispatches, barriers;
+    uint32_t levels; /* dispatches that start a level (after a barrier, or the first) */
     double encode_ms;
     /* the tape being built, and the one the command buffer holds (valid
      * while `recorded`, for the device epoch rec_epoch) */
@@ -179,6 +181,7 @@ struct vk_backend {
     int watchdog_ms; /* 0: default, scaled to the work */
     bool no_reuse;   /* record every compute (TSL_VULKAN_REUSE=0, tsl_backend_vulkan_set_reuse) */
     bool no_fuse;    /* one dispatch per node (TSL_VULKAN_FUSE=0) */
+    bool no_qfuse;   /* the mat-vec's quantizer always its own dispatch (TSL_VULKAN_FUSE_QUANT=0) */
     vk_slot slots[VK_MAX_CB];
     vk_exec *exec;
     int exec_cap, n_exec;
@@ -494,6 +497,26 @@ static int vk_fusable(const vk_exec *x, const vk_exec *y) {
     return 0;
 }
 
+/* The quantizer into exec m (rms_norm_mul, swiglu): where its output is one
+ * dense row of at most max_n values (a multiple of 32) and an integer-dot
+ * mat-vec among the next execs (from `from`, not yet fused) reads it, m
+ * writes the row quantized into the scratch as well, and the mat-vecs find
+ * their column there (vk_encode_node): a dispatch and a level fewer. */
+static bool vk_fuse_qout(vk_backend *be, vk_exec *m, int from, int n, int64_t max_n) {
+    const tsl_tensor *t = m->node;
+    if (be->no_qfuse || !be->qscr || be->qscr->gen != be->dev->gen || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1 ||
+        t->ne[0] % 32 != 0 || t->ne[0] > max_n || t->nb[0] != sizeof(float))
+        return false;
+    bool read = false;
+    for (int j = from; j < n && j < from + 64 && !read; j++)
+        read = be->exec[j].pipe2 && be->exec[j].node->src[1] == t;
+    if (!read) return false;
+    const vk_buf *q = be->qscr;
+    m->qout = true;
+    m->b[2] = (vk_bind){.blk = q->blk, .off = q->off, .range = q->size, .eoff = 0, .lo = q->off, .hi = q->off + q->size};
+    return true;
+}
+
 /* Pairs of nodes into one dispatch (vk_fusable) where the first node's
  * output is read by the second alone and is no graph output (the scheduler
  * flags tensors other splits read as outputs): the first exec is dropped
@@ -517,8 +540,7 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
         uses[h] = 0;
         nc++;
     }
-    if (nc == 0) return n;
-    for (int i = 0; i < g->n_nodes; i++) {
+    for (int i = 0; i < g->n_nodes && nc > 0; i++) {
         const tsl_tensor *t = g->nodes[i];
         if (!t) continue;
         for (int j = 0; j <= TSL_MAX_SRC; j++) {
@@ -532,7 +554,8 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
         }
     }
     const vk_kernel *fk = NULL;
-    VkPipeline nm_pipe = VK_NULL_HANDLE;
+    VkPipeline nm_pipe = VK_NULL_HANDLE, sw_pipe = VK_NULL_HANDLE;
+    bool sw_failed = false;
     int w = 0;
     for (int k = 0; k < n; k++) {
         vk_exec *x = &be->exec[k];
@@ -557,6 +580,7 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             m.fused = x->node;
             m.b[0] = x->b[0];
             m.cost_s += x->cost_s;
+            vk_fuse_qout(be, &m, k + 2, n, 4096);
             be->exec[w++] = m;
             k++;
             continue;
@@ -572,6 +596,19 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             be->exec[w++] = m;
             k++;
             continue;
+        }
+        if (x->kernel == VK_K_SWIGLU_F32 && !sw_failed) {
+            /* swiglu of two dense rows: the variant that quantizes too */
+            const tsl_tensor *a = x->node->src[0], *b = x->node->src[1];
+            if (tsl_is_contiguous(a) && tsl_is_contiguous(b) && tsl_same_shape(a, b) &&
+                tsl_same_shape(a, x->node)) {
+                if (!sw_pipe && d->k[VK_K_SWIGLU_Q_F32].runnable) sw_pipe = vk_kernel_get(d, VK_K_SWIGLU_Q_F32, &fk);
+                sw_failed = !sw_pipe;
+                if (sw_pipe && vk_fuse_qout(be, x, k + 1, n, INT64_MAX)) {
+                    x->kernel = VK_K_SWIGLU_Q_F32;
+                    x->pipe = sw_pipe;
+                }
+            }
         }
         if (w != k) be->exec[w] = *x;
         w++;
@@ -601,14 +638,15 @@ static bool vk_spans_hit(const vk_slot *sl, const vk_bind *b, bool against_reads
 static bool vk_hazard(const vk_slot *sl, const vk_exec *x) {
     if (sl->n_spans + 4 > VK_MAX_SPANS) return true; /* too much to track: a barrier is always safe */
     for (int j = 0; j < 3; j++)
-        if (x->b[j].blk && vk_spans_hit(sl, &x->b[j], false)) return true;
+        if (x->b[j].blk && vk_spans_hit(sl, &x->b[j], j == 2 && x->qout)) return true;
     return vk_spans_hit(sl, &x->b[VK_BIND_DST], true);
 }
 
 static void vk_track(vk_slot *sl, const vk_exec *x) {
     for (int j = 0; j < 4; j++) {
         if (!x->b[j].blk) continue;
-        sl->spans[sl->n_spans++] = (vk_span){x->b[j].blk, x->b[j].lo, x->b[j].hi, j == VK_BIND_DST};
+        const bool write = j == VK_BIND_DST || (j == 2 && x->qout);
+        sl->spans[sl->n_spans++] = (vk_span){x->b[j].blk, x->b[j].lo, x->b[j].hi, write};
     }
     /* a write over the column the scratch holds quantized: stale */
     const vk_bind *w = &x->b[VK_BIND_DST];
@@ -665,10 +703,12 @@ static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x
                                    uint32_t pcsize, const uint32_t grid[3]) {
     vk_device *d = be->dev;
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return VK_SUCCESS;
+    bool level = sl->dispatches == 0;
     if (vk_hazard(sl, x)) {
         if (!vk_tape_add(sl, VK_REC_BARRIER)) return VK_ERROR_OUT_OF_HOST_MEMORY;
         sl->n_spans = 0;
         sl->barriers++;
+        level = true;
     }
     vk_track(sl, x);
     vk_rec *r = vk_tape_add(sl, VK_REC_DISPATCH);
@@ -682,7 +722,18 @@ static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x
     r->pcsize = pcsize;
     if (pcsize) memcpy(r->pc, pc, pcsize);
     memcpy(r->grid, grid, sizeof r->grid);
-    r->mark = d->set_checkpoint ? (uint32_t)x->index + 1u : 0u;
+    r->node = x->index;
+    /* An NV checkpoint where a level starts (every cp_every-th level): the
+     * dispatches of one level run together, so a checkpoint between them
+     * would name no more than the one before them does, and it costs: it
+     * waits for the work before it (on the H200 it serialized independent
+     * products, halving their rate). Placed whether or not the device has
+     * checkpoints (vk_play_tape records them only where it does). */
+    r->mark = 0;
+    if (level) {
+        if (d->cp_every > 0 && sl->levels % (uint32_t)d->cp_every == 0) r->mark = (uint32_t)x->index + 1u;
+        sl->levels++;
+    }
     sl->dispatches++;
     return VK_SUCCESS;
 }
@@ -738,7 +789,15 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     uint32_t pc[VK_PC_WORDS], grid[3];
     if (!x->pipe2) {
         uint32_t pcsize = vk_op_params(d, x, pc, grid);
-        return vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
+        VkResult r = vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
+        if (r == VK_SUCCESS && x->qout) {
+            /* the scratch holds this node's row quantized now */
+            sl->q_valid = true;
+            sl->q_src = x->b[VK_BIND_DST];
+            memcpy(sl->q_ne, x->node->ne, sizeof sl->q_ne);
+            memcpy(sl->q_nb, x->node->nb, sizeof sl->q_nb);
+        }
+        return r;
     }
     /* the integer-dot mat-vec: its column quantized into the scratch first,
      * unless the scratch already holds that column (a product before this
@@ -787,6 +846,7 @@ static void vk_encode_slot(vk_backend *be, int s) {
     const vk_exec *first = &be->exec[sl->first];
     ledger_sink_set(&be->ledger);
     sl->dispatches = sl->barriers = 0;
+    sl->levels = 0;
     sl->n_spans = 0;
     sl->q_valid = false;
     sl->n_tape = 0;
@@ -943,6 +1003,28 @@ static double vk_watchdog_base(const vk_backend *be) {
     return be->dev->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? VK_WATCHDOG_CPU_S : VK_WATCHDOG_BASE_S;
 }
 
+/* The last node of the checkpoint span that starts at `node` in the slot's
+ * recorded commands: the nodes up to the next checkpoint, any of which may
+ * have been running when the checkpoint of `node` was the last one reached
+ * (a span is a level, or cp_every levels). -1 when `node` has no
+ * checkpoint there. */
+static int vk_checkpoint_span(const vk_slot *sl, int node) {
+    if (node < 0 || !sl->recorded) return -1;
+    int last = -1;
+    for (int i = 0; i < sl->n_prev; i++) {
+        const vk_rec *r = &sl->prev[i];
+        if (r->kind != VK_REC_DISPATCH) continue;
+        if (last < 0) {
+            if (r->mark == (uint32_t)node + 1u) last = r->node;
+        } else if (r->mark) {
+            break;
+        } else if (r->node > last) {
+            last = r->node;
+        }
+    }
+    return last;
+}
+
 /* Wait for slot s's fence, bounded by the watchdog. */
 static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
     vk_device *d = be->dev;
@@ -999,9 +1081,12 @@ static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
     } else {
         node = x->index;
     }
-    char what[128];
-    snprintf(what, sizeof what, "command buffer %d of %d (nodes %d..%d)", s + 1, be->n_used, x->index,
-             be->exec[sl->first + sl->count - 1].index);
+    char what[192];
+    int n = snprintf(what, sizeof what, "command buffer %d of %d (nodes %d..%d)", s + 1, be->n_used, x->index,
+                     be->exec[sl->first + sl->count - 1].index);
+    int last = vk_checkpoint_span(sl, node);
+    if (last > node && n > 0 && (size_t)n < sizeof what)
+        snprintf(what + n, sizeof what - (size_t)n, "; the checkpoints place it in nodes %d..%d", node, last);
     tsl_status st = vk_error(rec, r, TSL_PHASE_SUBMIT, be->name, be->device, node, nt, kname, what);
     if (st == TSL_DEVICE_LOST) vk_device_set_lost(d, rec);
     return st;
@@ -2094,6 +2179,7 @@ tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
     be->cb_explicit = getenv("TSL_VULKAN_CB") != NULL;
     be->no_reuse = getenv("TSL_VULKAN_REUSE") && strcmp(getenv("TSL_VULKAN_REUSE"), "0") == 0;
     be->no_fuse = getenv("TSL_VULKAN_FUSE") && strcmp(getenv("TSL_VULKAN_FUSE"), "0") == 0;
+    be->no_qfuse = getenv("TSL_VULKAN_FUSE_QUANT") && strcmp(getenv("TSL_VULKAN_FUSE_QUANT"), "0") == 0;
     be->watchdog_ms = vk_env_int("TSL_VULKAN_WATCHDOG_MS", 0, INT_MAX, 0);
     vk_timestamps_probe(be);
     /* helpers for staging copies: only on a device that stages (tensor
@@ -2163,6 +2249,24 @@ tsl_status tsl_backend_vulkan_stats(const tsl_backend *b, tsl_vulkan_stats *out)
     out->upload_bytes = be->st_up_bytes;
     out->upload_ms = be->st_up_ms;
     return TSL_SUCCESS;
+}
+
+int vk_test_checkpoints(tsl_backend *b, int s, int *first, int *last, int cap) {
+    if (!vk_backend_dev(b)) return -1;
+    const vk_backend *be = (const vk_backend *)b;
+    if (s < 0 || s >= be->n_used || !be->slots[s].recorded) return -1;
+    const vk_slot *sl = &be->slots[s];
+    int n = 0;
+    for (int i = 0; i < sl->n_prev; i++) {
+        const vk_rec *r = &sl->prev[i];
+        if (r->kind != VK_REC_DISPATCH || !r->mark) continue;
+        if (n < cap) {
+            first[n] = (int)r->mark - 1;
+            last[n] = vk_checkpoint_span(sl, (int)r->mark - 1);
+        }
+        n++;
+    }
+    return n;
 }
 
 tsl_status vk_test_set_kernel(tsl_backend *b, const char *name, const uint32_t *spv, size_t size, const char *entry,

@@ -701,10 +701,20 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
     if (d->f.push_descriptors && vk_env_on("TSL_VULKAN_NO_PUSH_DESCRIPTORS")) d->f.push_descriptors = false;
     if (d->f.push_descriptors) exts[n_exts++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
     if (d->f.device_fault) exts[n_exts++] = VK_EXT_DEVICE_FAULT_EXTENSION_NAME;
-    /* TSL_VULKAN_CHECKPOINTS=0: no NV checkpoint before each dispatch (to
-     * measure what they cost; a loss then names no node) */
-    if (d->f.nv_checkpoints && getenv("TSL_VULKAN_CHECKPOINTS") && strcmp(getenv("TSL_VULKAN_CHECKPOINTS"), "0") == 0)
-        d->f.nv_checkpoints = false;
+    /* TSL_VULKAN_CHECKPOINTS=N: an NV checkpoint at the start of every N-th
+     * level of dispatches (default 1: each level; a loss is placed within
+     * N levels); 0: none (a loss then names no node) */
+    d->cp_every = 1;
+    const char *cpe = getenv("TSL_VULKAN_CHECKPOINTS");
+    if (cpe && *cpe) {
+        char *end;
+        long v = strtol(cpe, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 1000000)
+            d->cp_every = (int)v;
+        else
+            TSL_LOGW("vulkan: TSL_VULKAN_CHECKPOINTS=%s ignored: not a count of levels (0 turns them off)", cpe);
+    }
+    if (d->cp_every == 0) d->f.nv_checkpoints = false;
     if (d->f.nv_checkpoints) exts[n_exts++] = VK_NV_DEVICE_DIAGNOSTIC_CHECKPOINTS_EXTENSION_NAME;
     bool checked = vk_env_on("TSL_VULKAN_CHECKED");
     bool robust2 = checked && d->f.robustness2;

@@ -113,7 +113,11 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
 
 /* The integer-dot mat-vec of a block type: spec {W, S, R, LPB, U, KB};
  * KB 512 holds K up to 16384 (20 KiB of shared memory). A lane reads 16 / LPB
- * (Q4_0) or 32 / LPB (Q8_0) quant bytes of a block, 8 or 16. */
+ * (Q4_0) or 32 / LPB (Q8_0) quant bytes of a block, 8 or 16. The default
+ * reads the quantized column through the caches (no K bound, no shared
+ * memory): on the H200 (no checkpoints between the products) it read Q4_0 weights at
+ * 82-91% of copy where the staged column (_s) read 65-82%, and Q8_0 at
+ * 89-97% against 83-89% (bench/RESULTS.md, run 15). */
 #define VK_MM_Q(Y, X, t, tn, sfx, w, s, r, lpb, u)                                                          \
     Y(X, MUL_MAT_VECQ_##t##sfx, "mul_mat_vecq_" tn "_f32" #sfx, 2, 4, "mul_mat_vecq_" tn "_f32", VECQ, t, F32, w, \
       s, r, lpb, u, 512)
@@ -122,7 +126,8 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
     Y(X, MUL_MAT_VECQ_##t##sfx, "mul_mat_vecq_" tn "_f32" #sfx, 2, 4, "mul_mat_vecq_" tn "_f32", VECQ, t, F32, w, \
       s, r, lpb, u, 0x10000)
 #define VK_MM_VECQQ_SET(Y, X, t, tn, l8, l16)                 \
-    VK_MM_Q(Y, X, t, tn, , 128, 4, 2, l16, 4)                 \
+    VK_MM_QD(Y, X, t, tn, , 128, 4, 2, l16, 4)                \
+    VK_MM_Q(Y, X, t, tn, _s, 128, 4, 2, l16, 4)               \
     VK_MM_Q(Y, X, t, tn, _q8, 128, 4, 2, l8, 4)               \
     VK_MM_Q(Y, X, t, tn, _r1, 128, 4, 1, l8, 4)               \
     VK_MM_Q(Y, X, t, tn, _r4, 128, 4, 4, l8, 4)               \
@@ -132,7 +137,6 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
     VK_MM_Q(Y, X, t, tn, _w256r4, 256, 8, 4, l8, 4)           \
     VK_MM_Q(Y, X, t, tn, _w64, 64, 2, 2, l8, 4)               \
     VK_MM_Q(Y, X, t, tn, _w128s1, 128, 1, 2, l8, 4)           \
-    VK_MM_QD(Y, X, t, tn, _d, 128, 4, 2, l16, 4)              \
     VK_MM_QD(Y, X, t, tn, _d8, 128, 4, 2, l8, 4)              \
     VK_MM_QD(Y, X, t, tn, _dr4, 128, 4, 4, l16, 4)            \
     VK_MM_QD(Y, X, t, tn, _dw256, 256, 8, 2, l16, 4)          \

@@ -360,6 +360,7 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     case VK_K_MUL_F32:
     case VK_K_DIV_F32:
     case VK_K_SWIGLU_F32:
+    case VK_K_SWIGLU_Q_F32:
     case VK_K_SCALE_F32:
     case VK_K_SQR_F32:
     case VK_K_SQRT_F32:
@@ -387,6 +388,7 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
                 flags |= 4u;
         }
         *p++ = flags;
+        *p++ = x->kernel == VK_K_SWIGLU_Q_F32 ? x->b[2].eoff : 0u; /* the quantized column's first word */
         vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
         break;
     }
@@ -448,6 +450,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = x->b[1].eoff;
         *p++ = vk_u32((int64_t)(b->nb[0] / 4));
         *p++ = f2u(op_get_f32(x->fused, 0));
+        *p++ = x->qout ? 1u : 0u;
+        *p++ = x->qout ? x->b[2].eoff : 0u;
         vk_grid(d, (uint64_t)tsl_nrows(xt), grid);
         break;
     }

@@ -22,4 +22,11 @@ tsl_status vk_test_set_kernel(tsl_backend *be, const char *name, const uint32_t 
 /* The embedded SPIR-V words of kernel name (size in bytes), or NULL. */
 const uint32_t *vk_test_kernel_spirv(const char *name, size_t *size);
 
+/* Where the last compute put its NV checkpoints in command buffer s (placed
+ * whether or not the device records them): for each, the node it names in
+ * first[] and the last node of its span (the nodes up to the next one) in
+ * last[], at most cap of them. Returns how many there are, or -1 (no such
+ * command buffer, or not a Vulkan backend). */
+int vk_test_checkpoints(tsl_backend *be, int s, int *first, int *last, int cap);
+
 #endif /* TSL_VK_TEST_H */

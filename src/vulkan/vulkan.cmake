@@ -70,6 +70,7 @@ set(TSL_VK_KERNELS
   "mul_f32|eltwise.comp|OP_MUL"
   "div_f32|eltwise.comp|OP_DIV"
   "swiglu_f32|eltwise.comp|OP_SWIGLU"
+  "swiglu_q_f32|eltwise.comp|OP_SWIGLU,QOUT"
   "scale_f32|eltwise.comp|OP_SCALE"
   "sqr_f32|eltwise.comp|OP_SQR"
   "sqrt_f32|eltwise.comp|OP_SQRT"

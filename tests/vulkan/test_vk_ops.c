@@ -42,6 +42,7 @@
 #include "tensile/backend.h"
 #include "test.h"
 #include "vulkan/vk_harness.h"
+#include "vulkan/vk_test.h"
 
 static tsl_backend *g_cpu, *g_vk;
 static bool g_qdot; /* the device has integer dot products: Q8_0/Q4_0 mat-vec quantizes its column */
@@ -631,11 +632,22 @@ typedef struct fuse_arg {
     int64_t n, rows;
     int mode; /* 0: y = mul(rms_norm(x), w); 1: the norm read twice; 2: the norm a graph output; 3: x a
                  view with wider rows; 4: y = add(r, mul_mat(w, x)), w Q4_0, one column; 5: add(mul_mat(w, x),
-                 r); 6: the product read twice; 7: the product a graph output */
+                 r); 6: the product read twice; 7: the product a graph output; 8: add(mul_mat(w4, h),
+                 mul_mat(w8, h)), h = mul(rms_norm(x), w) one row, w4 Q4_0 and w8 Q8_0 (the norm writes their
+                 quantized column when n <= 4096); 9: the same with h = swiglu(g, u), two rows of n */
 } fuse_arg;
 
 static void build_fuse(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
     const fuse_arg *a = arg;
+    if (a->mode >= 8) {
+        tsl_tensor *x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->n, 1, 1, 1);
+        tsl_tensor *w = vkt_input(ctx, c, a->mode == 8 ? IN_POSITIVE : IN_VAL, TSL_TYPE_F32, 1, a->n, 1, 1, 1);
+        tsl_tensor *w4 = vkt_weight(ctx, c, TSL_TYPE_Q4_0, ref, a->n, a->rows, 1, 1);
+        tsl_tensor *w8 = vkt_weight(ctx, c, TSL_TYPE_Q8_0, ref, a->n, a->rows, 1, 1);
+        tsl_tensor *h = a->mode == 8 ? tsl_mul(ctx, tsl_rms_norm(ctx, x, 1e-5f), w) : tsl_swiglu(ctx, x, w);
+        c->out = tsl_add(ctx, vkt_mm(ctx, w4, TSL_TYPE_Q4_0, h, ref), vkt_mm(ctx, w8, TSL_TYPE_Q8_0, h, ref));
+        return;
+    }
     if (a->mode >= 4) {
         tsl_tensor *w = vkt_weight(ctx, c, TSL_TYPE_Q4_0, ref, a->n, a->rows, 1, 1);
         tsl_tensor *x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->n, 1, 1, 1);
@@ -666,13 +678,17 @@ static void build_fuse(tsl_context *ctx, vkt_case *c, const void *arg, bool ref)
  * operand order. */
 static void test_fusion(void) {
     vkt_stat st = {.name = "fusions"};
-    static const fuse_arg cases[] = {{4096, 1, 0}, {4096 + 300, 3, 0}, {7, 5, 0}, {896, 2, 1},   {896, 2, 2},
-                                     {1000, 4, 3}, {4096, 300, 4}, {896, 77, 5}, {512, 64, 6}, {512, 64, 7}};
+    static const fuse_arg cases[] = {{4096, 1, 0}, {4096 + 300, 3, 0}, {7, 5, 0},   {896, 2, 1},  {896, 2, 2},
+                                     {1000, 4, 3}, {4096, 300, 4},     {896, 77, 5}, {512, 64, 6}, {512, 64, 7},
+                                     {4096, 40, 8}, {896, 33, 8},      {4096 + 32, 40, 8}, {14336, 24, 9},
+                                     {896, 20, 9}};
     /* with integer dot products the product is a quantizer and the mat-vec:
      * 2 dispatches, the ADD in the latter; without, the F32 mat-vec and the
-     * ADD apart */
+     * ADD apart. Mode 8: the norm, the first product, the second with the
+     * ADD; the quantizer apart only for rows over 4096. Mode 9: the
+     * swiglu (any length), then the same */
     const uint64_t q = g_qdot ? 1 : 0;
-    const uint64_t want[] = {1, 1, 1, 3, 2, 1, 2, 2, 3 + q, 2 + q};
+    const uint64_t want[] = {1, 1, 1, 3, 2, 1, 2, 2, 3 + q, 2 + q, 4 - q, 4 - q, 4, 4 - q, 4 - q};
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
         tsl_vulkan_stats s0, s1;
         CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
@@ -687,6 +703,35 @@ static void test_fusion(void) {
                (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
     }
     vkt_print(&st);
+    /* The quantized column the norm or the swiglu writes is the quantizer's,
+     * byte for byte: the same products, bit for bit, on a backend that
+     * leaves the quantizer apart */
+    setenv("TSL_VULKAN_FUSE_QUANT", "0", 1);
+    tsl_error err;
+    tsl_backend *plain = tsl_backend_vulkan_new(-1, &err);
+    unsetenv("TSL_VULKAN_FUSE_QUANT");
+    CHECK(plain != NULL);
+    static const int exact[] = {10, 11, 13, 14};
+    for (int e = 0; e < 4 && plain; e++) {
+        const int i = exact[e];
+        const uint64_t want_plain = 4; /* with integer dot: the quantizer, and the ADD in the second product */
+        float *r[2] = {0};
+        int64_t nr[2] = {0};
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(plain, &s0) == TSL_SUCCESS);
+        CHECK(vkt_run(g_vk, build_fuse, &cases[i], false, 900 + i, &r[0], &nr[0], &err) == TSL_SUCCESS);
+        CHECK(vkt_run(plain, build_fuse, &cases[i], false, 900 + i, &r[1], &nr[1], &err) == TSL_SUCCESS);
+        CHECK(tsl_backend_vulkan_stats(plain, &s1) == TSL_SUCCESS);
+        CHECKF(s1.dispatches - s0.dispatches == want_plain, "unfused: %llu dispatches, want %llu",
+               (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want_plain);
+        CHECK(nr[0] == cases[i].rows && nr[1] == nr[0]);
+        if (r[0] && r[1] && nr[0] == nr[1])
+            CHECKF(memcmp(r[0], r[1], (size_t)nr[0] * sizeof(float)) == 0, "n %lld: fused and unfused products differ",
+                   (long long)cases[i].n);
+        free(r[0]);
+        free(r[1]);
+    }
+    tsl_backend_free(plain);
 }
 
 static void test_block(void) {
@@ -735,7 +780,7 @@ static void test_command_buffers(void) {
     CHECK(tsl_backend_vulkan_set_command_buffers(g_vk, 10, &err) == TSL_FAILED);
 }
 
-/* Independent nodes share a barrier interval; dependent ones do not. */
+/* Independent nodes share a barrier interval (and a checkpoint); dependent ones do not. */
 static void test_barriers(void) {
     tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
     tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 1024);
@@ -762,6 +807,24 @@ static void test_barriers(void) {
      * one, depending on where the graph order puts it) */
     CHECKF(bars >= 7 && bars <= 8, "barriers %llu", (unsigned long long)bars);
     CHECK(s1.dispatches - s0.dispatches == 16);
+    /* NV checkpoints (placed on every device, recorded where it has them):
+     * one where each level starts, spanning the nodes up to the next, so the
+     * 8 independent scales share one and together the spans cover all 16
+     * nodes in order (one per dispatch would be 16 checkpoints) */
+    int cf[32], cl[32];
+    int ncp = vk_test_checkpoints(g_vk, 0, cf, cl, 32);
+    CHECKF(ncp == (int)bars + 1, "%d checkpoints for %llu barriers", ncp, (unsigned long long)bars);
+    if (ncp == (int)bars + 1) {
+        int widest = 0, covered = 0;
+        for (int i = 0; i < ncp; i++) {
+            CHECKF(cl[i] >= cf[i], "checkpoint %d: span %d..%d", i, cf[i], cl[i]);
+            if (i > 0) CHECKF(cf[i] == cl[i - 1] + 1, "checkpoint %d starts at %d, the last span ended at %d", i, cf[i], cl[i - 1]);
+            covered += cl[i] - cf[i] + 1;
+            if (cl[i] - cf[i] + 1 > widest) widest = cl[i] - cf[i] + 1;
+        }
+        CHECKF(covered == 16, "the spans cover %d nodes", covered);
+        CHECKF(widest >= 8, "the widest span has %d nodes", widest);
+    }
     CHECK(tsl_tensor_get(chain, v, 0, sizeof v, &err) == TSL_SUCCESS);
     CHECK_NEAR(v[512], 512.0 / 256.0, 1e-6);
     CHECK(tsl_tensor_get(outs[7], v, 0, sizeof v, &err) == TSL_SUCCESS);

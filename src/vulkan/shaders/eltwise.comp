@@ -13,8 +13,17 @@
  * a's shape (same index), or bit 2, b is one contiguous row broadcast over
  * every row (index modulo ne0, a bias). Only the general case pays the
  * chain of divisions that turns a flat index into four coordinates.
+ *
+ * QOUT (swiglu_q_f32): one contiguous row (flags 1 and 2, ne0 a multiple
+ * of 32: the host checks) read next by integer-dot mat-vecs: the kernel
+ * also writes the row quantized to Q8_0 into the mat-vec's column scratch
+ * (binding 2, from word pc.oq), byte for byte what quant_q8.comp makes of
+ * it (q8.glsl). A workgroup's 256 values are 8 whole blocks.
  */
 #include "common.glsl"
+#if defined(QOUT)
+#include "q8.glsl"
+#endif
 
 layout(local_size_x = 256) in;
 
@@ -27,6 +36,7 @@ layout(push_constant) uniform P {
     uint oa, ob, od;
     float p0;
     uint flags;
+    uint oq; /* QOUT: the quantized column's first word */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
@@ -67,6 +77,53 @@ float op(float x, float y) {
 #endif
 }
 
+#if defined(QOUT)
+layout(binding = 2) writeonly buffer Q { uint qd[]; };
+shared float qv[256];
+shared float qm[64];
+shared int qsum[64];
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x, wg = wg_linear();
+    const uint idx = wg * 256u + lid;
+    float v = 0.0;
+    if (idx < pc.ne0) {
+        v = op(a[pc.oa + idx], b[pc.ob + idx]);
+        d[pc.od + idx] = v;
+    }
+    qv[lid] = v;
+    barrier();
+    /* eight invocations a block, four values each, as in quant_q8.comp */
+    const uint part = lid % 8u, blk = wg * 8u + lid / 8u, nb = pc.ne0 / 32u;
+    vec4 x = vec4(0.0);
+    if (lid < 64u) {
+        const uint k = (lid / 8u) * 32u + part * 4u;
+        x = vec4(qv[k], qv[k + 1u], qv[k + 2u], qv[k + 3u]);
+        qm[lid] = max(max(abs(x.x), abs(x.y)), max(abs(x.z), abs(x.w)));
+    }
+    barrier();
+    float dq = 0.0;
+    uint word = 0u;
+    if (lid < 64u) {
+        float amax = 0.0;
+        [[unroll]] for (uint i = 0u; i < 8u; i++) amax = max(amax, qm[lid - part + i]);
+        float id;
+        q8_scale(amax, dq, id);
+        int sum;
+        word = q8_word(x, id, sum);
+        qsum[lid] = sum;
+    }
+    barrier();
+    if (lid >= 64u || blk >= nb) return;
+    qd[pc.oq + (part < 4u ? 0u : 4u * nb) + blk * 4u + (part % 4u)] = word;
+    if (part == 0u) {
+        int t = 0;
+        [[unroll]] for (uint i = 0u; i < 8u; i++) t += qsum[lid + i];
+        qd[pc.oq + 8u * nb + 2u * blk] = floatBitsToUint(f16_round(dq));
+        qd[pc.oq + 8u * nb + 2u * blk + 1u] = floatBitsToUint(float(t));
+    }
+}
+#else
 void main() {
     const uint idx = wg_linear() * 256u + gl_LocalInvocationID.x;
     if (idx >= pc.ne0 * pc.ne1 * pc.ne2 * pc.ne3) return;
@@ -99,3 +156,4 @@ void main() {
     d[pc.od + i0 * pc.sd0 + i1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3] =
         op(a[pc.oa + i0 * pc.sa0 + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3], y);
 }
+#endif

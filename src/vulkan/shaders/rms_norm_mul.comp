@@ -13,10 +13,17 @@
  * 4096 read their tail again. In place is safe (every element is read
  * before the statistics' barrier, then written by the invocation that read
  * it).
+ *
+ * With pc.qout set (one row of at most 4096 values, a multiple of 32, read
+ * next by integer-dot mat-vecs), the kernel also writes the row quantized
+ * to Q8_0 into the mat-vec's column scratch (binding 2, from word pc.oq),
+ * byte for byte what quant_q8.comp would make of it (q8.glsl): the
+ * quantizer's dispatch, and the level it waits in, are saved.
  */
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
+#include "q8.glsl"
 
 #define WG 512u
 #define NV 8u
@@ -28,13 +35,17 @@ layout(push_constant) uniform P {
     uint sd0, sd1, sd2, sd3;
     uint oa, od, ow, sw0;
     float eps;
+    uint qout, oq; /* qout 1: the row quantized to words oq.. of binding 2 too */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
 layout(binding = 1) readonly buffer W { float w[]; };
+layout(binding = 2) writeonly buffer Q { uint qd[]; };
 layout(binding = 3) writeonly buffer D { float d[]; };
 
 shared float red[WG];
+shared int ssum[WG];
+shared float ys[NV * WG]; /* qout: the row written, for its quantization */
 
 void main() {
     const uint row = wg_linear();
@@ -73,7 +84,45 @@ void main() {
         const uint i = tid + j * WG;
         if (i < pc.ne0) {
             precise const float y = v[j] * scale;
-            d[xd + i * pc.sd0] = y * wv[j];
+            precise const float o = y * wv[j];
+            d[xd + i * pc.sd0] = o;
+            if (pc.qout != 0u) ys[i] = o;
+        }
+    }
+    if (pc.qout != 0u) {
+        /* uniform: one row, ne0 <= NV * WG and a multiple of 32 (the host
+         * checks). Eight invocations a block, four values each, as in
+         * quant_q8.comp. */
+        barrier();
+        const uint nb = pc.ne0 / 32u, part = tid % 8u;
+        for (uint b0 = 0u; b0 < nb; b0 += WG / 8u) {
+            const uint blk = b0 + tid / 8u;
+            const bool live = blk < nb;
+            vec4 x = vec4(0.0);
+            if (live) {
+                const uint k = blk * 32u + part * 4u;
+                x = vec4(ys[k], ys[k + 1u], ys[k + 2u], ys[k + 3u]);
+            }
+            red[tid] = max(max(abs(x.x), abs(x.y)), max(abs(x.z), abs(x.w)));
+            barrier();
+            float amax = 0.0;
+            [[unroll]] for (uint i = 0u; i < 8u; i++) amax = max(amax, red[tid - part + i]);
+            float dq, id;
+            q8_scale(amax, dq, id);
+            int sum;
+            const uint word = q8_word(x, id, sum);
+            ssum[tid] = sum;
+            barrier();
+            if (live) {
+                qd[pc.oq + (part < 4u ? 0u : 4u * nb) + blk * 4u + (part % 4u)] = word;
+                if (part == 0u) {
+                    int t = 0;
+                    [[unroll]] for (uint i = 0u; i < 8u; i++) t += ssum[tid + i];
+                    qd[pc.oq + 8u * nb + 2u * blk] = floatBitsToUint(f16_round(dq));
+                    qd[pc.oq + 8u * nb + 2u * blk + 1u] = floatBitsToUint(float(t));
+                }
+            }
+            barrier(); /* red and ssum are used again by the next blocks */
         }
     }
     for (uint i = tid + NV * WG; i < pc.ne0; i += WG) {
