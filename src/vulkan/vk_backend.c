@@ -497,6 +497,12 @@ static int vk_fusable(const vk_exec *x, const vk_exec *y) {
     return 0;
 }
 
+/* The integer-dot mat-vec's column scratch, as a binding. */
+static vk_bind vk_qscr_bind(const vk_backend *be) {
+    const vk_buf *q = be->qscr;
+    return (vk_bind){.blk = q->blk, .off = q->off, .range = q->size, .eoff = 0, .lo = q->off, .hi = q->off + q->size};
+}
+
 /* The quantizer into exec m (rms_norm_mul, swiglu): where its output is one
  * dense row of at most max_n values (a multiple of 32) and an integer-dot
  * mat-vec among the next execs (from `from`, not yet fused) reads it, m
@@ -511,9 +517,8 @@ static bool vk_fuse_qout(vk_backend *be, vk_exec *m, int from, int n, int64_t ma
     for (int j = from; j < n && j < from + 64 && !read; j++)
         read = be->exec[j].pipe2 && be->exec[j].node->src[1] == t;
     if (!read) return false;
-    const vk_buf *q = be->qscr;
     m->qout = true;
-    m->b[2] = (vk_bind){.blk = q->blk, .off = q->off, .range = q->size, .eoff = 0, .lo = q->off, .hi = q->off + q->size};
+    m->b[2] = vk_qscr_bind(be);
     return true;
 }
 
@@ -803,8 +808,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
      * unless the scratch already holds that column (a product before this
      * one read the same activations, and nothing wrote them since) */
     const tsl_tensor *b = x->node->src[1];
-    const vk_buf *q = be->qscr;
-    vk_bind qb = {.blk = q->blk, .off = q->off, .range = q->size, .eoff = 0, .lo = q->off, .hi = q->off + q->size};
+    const vk_bind qb = vk_qscr_bind(be);
     vk_exec x2 = *x;
     x2.b[2] = qb;
     if (x->fused) x2.b[1] = x->rb; /* a fused ADD's residual: the mat-vec does not read b itself */

@@ -115,13 +115,7 @@ void main() {
     }
     barrier();
     if (lid >= 64u || blk >= nb) return;
-    qd[pc.oq + (part < 4u ? 0u : 4u * nb) + blk * 4u + (part % 4u)] = word;
-    if (part == 0u) {
-        int t = 0;
-        [[unroll]] for (uint i = 0u; i < 8u; i++) t += qsum[lid + i];
-        qd[pc.oq + 8u * nb + 2u * blk] = floatBitsToUint(f16_round(dq));
-        qd[pc.oq + 8u * nb + 2u * blk + 1u] = floatBitsToUint(float(t));
-    }
+    Q8_STORE(qd, pc.oq, nb, blk, part, word, dq, qsum, lid)
 }
 #else
 void main() {

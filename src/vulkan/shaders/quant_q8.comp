@@ -61,12 +61,5 @@ void main() {
     barrier();
     if (!live) return;
     const uint base = pc.od + gl_WorkGroupID.z * pc.cw;
-    /* parts 0..3 hold elements 0..15 of the block, 4..7 the rest */
-    d[base + (part < 4u ? 0u : 4u * nb) + blk * 4u + (part % 4u)] = word;
-    if (part == 0u) {
-        int s = 0;
-        [[unroll]] for (uint i = 0u; i < 8u; i++) s += ssum[lid + i];
-        d[base + 8u * nb + 2u * blk] = floatBitsToUint(f16_round(dq));
-        d[base + 8u * nb + 2u * blk + 1u] = floatBitsToUint(float(s));
-    }
+    Q8_STORE(d, base, nb, blk, part, word, dq, ssum, lid)
 }

@@ -113,15 +113,7 @@ void main() {
             const uint word = q8_word(x, id, sum);
             ssum[tid] = sum;
             barrier();
-            if (live) {
-                qd[pc.oq + (part < 4u ? 0u : 4u * nb) + blk * 4u + (part % 4u)] = word;
-                if (part == 0u) {
-                    int t = 0;
-                    [[unroll]] for (uint i = 0u; i < 8u; i++) t += ssum[tid + i];
-                    qd[pc.oq + 8u * nb + 2u * blk] = floatBitsToUint(f16_round(dq));
-                    qd[pc.oq + 8u * nb + 2u * blk + 1u] = floatBitsToUint(float(t));
-                }
-            }
+            if (live) Q8_STORE(qd, pc.oq, nb, blk, part, word, dq, ssum, tid)
             barrier(); /* red and ssum are used again by the next blocks */
         }
     }
