@@ -972,39 +972,46 @@ static void vkb_mat_vec(bench_state *st, tsl_type type) {
     bench_emit(st, &r);
 }
 
-static void vkb_mul_mat(bench_state *st, tsl_type type, int64_t n) {
-    if (!bench_selected(st, "mul_mat", tsl_type_name(type))) return;
+/* mul_mat n^3: weights of `type` times activations of `bt` (F32, or F16
+ * with F16 weights: the row is then named "f16/f16"). */
+static void vkb_mul_mat(bench_state *st, tsl_type type, tsl_type bt, int64_t n) {
+    const char *tname = bt == TSL_TYPE_F16 ? "f16/f16" : tsl_type_name(type);
+    if (!bench_selected(st, "mul_mat", tname)) return;
     const int64_t M = n, N = n, K = n;
     char shape[64];
     snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
-    bench_row r = bench_row_new(st, "mul_mat", tsl_type_name(type), shape);
+    bench_row r = bench_row_new(st, "mul_mat", tname, shape);
     r.threads = 0;
-    const size_t bytes = tsl_row_size(type, K) * (size_t)M + (size_t)(K * N + M * N) * 4;
+    const size_t bsz = tsl_type_block_size(bt);
+    const size_t bytes = tsl_row_size(type, K) * (size_t)M + (size_t)(K * N) * bsz + (size_t)(M * N) * 4;
     vkb_set v;
     if (vkb_ctx(&v, st->be, 8, &r)) {
         tsl_tensor *a = tsl_new_tensor_2d(v.ctx, type, K, M);
-        tsl_tensor *b = tsl_new_tensor_2d(v.ctx, TSL_TYPE_F32, K, N);
+        tsl_tensor *b = tsl_new_tensor_2d(v.ctx, bt, K, N);
         tsl_tensor *c = tsl_mul_mat(v.ctx, a, b);
         tsl_graph *g = c ? tsl_graph_build(v.ctx, &c, 1) : NULL;
-        const size_t ab = tsl_row_size(type, K) * (size_t)M;
-        void *ah = malloc(ab);
-        float *bh = malloc((size_t)(K * N) * sizeof *bh), *ch = malloc((size_t)(M * N) * sizeof *ch);
-        if (!ah || !bh || !ch) snprintf(r.error, sizeof r.error, "cannot allocate %zu host bytes", bytes);
+        const size_t ab = tsl_row_size(type, K) * (size_t)M, bb = (size_t)(K * N) * bsz;
+        void *ah = malloc(ab), *bh = malloc(bb);
+        float *bf = malloc((size_t)(K * N) * sizeof *bf), *ch = malloc((size_t)(M * N) * sizeof *ch);
+        if (!ah || !bh || !bf || !ch) snprintf(r.error, sizeof r.error, "cannot allocate %zu host bytes", bytes);
         if (bench_ctx_ok(v.ctx, &r) && g && vkb_alloc(&v, &r)) {
             bench_fill_bytes(type, ah, ab, &st->rng);
-            bench_fill_bytes(TSL_TYPE_F32, bh, (size_t)(K * N) * sizeof *bh, &st->rng);
-            if (vkb_set_data(a, ah, ab, &r) && vkb_set_data(b, bh, (size_t)(K * N) * sizeof *bh, &r) &&
+            bench_fill_bytes(bt, bh, bb, &st->rng);
+            for (int64_t e = 0; e < K * N; e++)
+                bf[e] = bt == TSL_TYPE_F16 ? tsl_fp16_to_fp32(((const tsl_fp16_t *)bh)[e]) : ((const float *)bh)[e];
+            if (vkb_set_data(a, ah, ab, &r) && vkb_set_data(b, bh, bb, &r) &&
                 vkb_time_graph(st, g, &r, st->o.quick ? 3 : 7, 1)) {
                 bench_rates(st, &r, 2.0 * (double)M * (double)N * (double)K, (double)bytes);
                 tsl_error err;
                 if (tsl_tensor_get(c, ch, 0, (size_t)(M * N) * sizeof *ch, &err) != TSL_SUCCESS)
                     tsl_error_format(&err, r.error, sizeof r.error);
-                else
-                    vkb_check(type, ah, M, K, bh, N, ch, 16, &r);
+                else if (!getenv("TSL_BENCH_NOCHECK"))
+                    vkb_check(type, ah, M, K, bf, N, ch, 16, &r);
             }
         }
         free(ah);
         free(bh);
+        free(bf);
         free(ch);
     }
     vkb_free(&v);
@@ -1103,7 +1110,8 @@ static int bench_vulkan(bench_state *st) {
     const tsl_type mv_types[] = {TSL_TYPE_F32, TSL_TYPE_F16, TSL_TYPE_Q8_0, TSL_TYPE_Q4_0};
     for (int i = 0; i < 4; i++) vkb_mat_vec(st, mv_types[i]);
     const tsl_type mm_types[] = {TSL_TYPE_F16, TSL_TYPE_Q8_0, TSL_TYPE_Q4_0, TSL_TYPE_F32};
-    for (int i = 0; i < 4; i++) vkb_mul_mat(st, mm_types[i], st->o.quick ? 256 : 4096);
+    for (int i = 0; i < 4; i++) vkb_mul_mat(st, mm_types[i], TSL_TYPE_F32, st->o.quick ? 256 : 4096);
+    vkb_mul_mat(st, TSL_TYPE_F16, TSL_TYPE_F16, st->o.quick ? 256 : 4096);
     vkb_encode(st, info.index, false);
     vkb_encode(st, info.index, true);
 

@@ -224,6 +224,8 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
             F32, 256, 2, 4, 4, 2, 64 + 256)                                                                      \
     VK_MM_C(Y, X, MUL_MAT_CM_Q8_0_256X128S1, "mul_mat_cm_q8_0_f32_256x128s1", "mul_mat_cm_q8_0_f32", CM, Q8_0, F32, \
             256, 4, 2, 4, 4, 32 + 256)                                                                           \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q8_0_256X128W16S1, "mul_mat_cm_q8_0_f32_256x128w16s1", "mul_mat_cm_q8_0_f32", CM,     \
+            Q8_0, F32, 512, 4, 4, 4, 2, 32 + 256)                                                                \
     VK_MM_C(Y, X, MUL_MAT_CM_Q4_0, "mul_mat_cm_q4_0_f32", "mul_mat_cm_q4_0_f32", CM, Q4_0, F32, 256, 2, 4, 4, 2,  \
             32)                                                                                                  \
     VK_MM_C(Y, X, MUL_MAT_CM_Q4_0_128X128K16, "mul_mat_cm_q4_0_f32_128x128k16", "mul_mat_cm_q4_0_f32", CM, Q4_0,  \
@@ -232,12 +234,16 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
             F32, 256, 2, 4, 4, 2, 64 + 256)                                                                      \
     VK_MM_C(Y, X, MUL_MAT_CM_Q4_0_256X128S1, "mul_mat_cm_q4_0_f32_256x128s1", "mul_mat_cm_q4_0_f32", CM, Q4_0, F32, \
             256, 4, 2, 4, 4, 32 + 256)                                                                           \
+    VK_MM_C(Y, X, MUL_MAT_CM_Q4_0_256X128W16S1, "mul_mat_cm_q4_0_f32_256x128w16s1", "mul_mat_cm_q4_0_f32", CM,     \
+            Q4_0, F32, 512, 4, 4, 4, 2, 32 + 256)                                                                \
     VK_MM_C(Y, X, MUL_MAT_CM_F16_F16, "mul_mat_cm_f16_f16", "mul_mat_cm_f16_f16", CM, F16, F16, 256, 2, 4, 4, 2,  \
             32)                                                                                                  \
     VK_MM_C(Y, X, MUL_MAT_CM_F16_F16_128X128K16, "mul_mat_cm_f16_f16_128x128k16", "mul_mat_cm_f16_f16", CM, F16,  \
             F16, 256, 2, 4, 4, 2, 16)                                                                            \
     VK_MM_C(Y, X, MUL_MAT_CM_F16_F16_64X64, "mul_mat_cm_f16_f16_64x64", "mul_mat_cm_f16_f16", CM, F16, F16, 128,  \
             2, 2, 2, 2, 32)                                                                                      \
+    VK_MM_C(Y, X, MUL_MAT_CM_F16_F16_256X128W16S1, "mul_mat_cm_f16_f16_256x128w16s1", "mul_mat_cm_f16_f16", CM,    \
+            F16, F16, 512, 4, 4, 4, 2, 32 + 256)                                                                 \
     VK_MM_C(Y, X, MUL_MAT_CMEMU_F16, "mul_mat_cmemu_f16_f32", "mul_mat_cmemu_f16_f32", CMEMU, F16, F32, 128, 2, 2, \
             2, 2, 32)                                                                                            \
     VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_32X64K16, "mul_mat_cmemu_f16_f32_32x64k16", "mul_mat_cmemu_f16_f32", CMEMU,   \

@@ -13,7 +13,8 @@
  *   N > 8, F16     cooperative matrices (mul_mat_cm_*) where the device
  *                  multiplies 16x16x16 F16 tiles into F32 with 32-wide
  *                  subgroups and the tile fits its shared memory: 64x64
- *                  tiles up to 64 columns, 128x128 above. Activations are
+ *                  tiles up to 64 columns, 256x128 (16 warps) above, or
+ *                  128x128 where the device's limits refuse it. Activations are
  *                  rounded to F16 on the way (as ggml's F16 paths do):
  *                  results within 2^-11 * sum |a b| of exact
  *   N >= 32, Q8_0 / Q4_0   the same, the weights dequantized to F16 as the
@@ -70,6 +71,8 @@ enum {
      * dequantizing a 128-row tile per K step pays only over enough columns
      * (and fewer stay on the tiled kernel: F32 arithmetic, no F16 rounding) */
     VK_MM_CM_MIN_N_QUANT = 32,
+    /* fewest workgroups for a tile larger than 128x128 (see vk_mm_candidates) */
+    VK_MM_CM_BIG_GRID = 256,
 };
 
 static bool vk_mm_quant(int type) { return type == TSL_TYPE_Q8_0 || type == TSL_TYPE_Q4_0; }
@@ -242,27 +245,40 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
         cand[k++] = vecn;
     } else if (t == TSL_TYPE_F16 || ((t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0) && N >= VK_MM_CM_MIN_N_QUANT)) {
         /* the first tile in order of preference the device can run: 64x64
-         * for few columns, else 128x128 (F16 weights: BK 32 double-buffered,
-         * then BK 64 single-buffered, then BK 16, as shared memory allows) */
-        static const int pref[][3] = {
-            {VK_K_MUL_MAT_CM_F16_64X64, VK_K_MUL_MAT_CM_F16_128X128K16, -1},
-            /* 128x128 with 4 warps: 158 TFLOP/s at 4096^3 on the H200, the
-             * best of the sweep (bench/RESULTS.md, run 2); the default tile 98 */
-            {VK_K_MUL_MAT_CM_F16_128X128W4, VK_K_MUL_MAT_CM_F16, VK_K_MUL_MAT_CM_F16_128X128K16},
-            /* 256x128, one staging buffer: Q8_0 84 / Q4_0 94 TFLOP/s at 4096^3
-             * on the H200 against 69 / 26 for the 128x128 default (run 2) */
-            {VK_K_MUL_MAT_CM_Q8_0_256X128S1, VK_K_MUL_MAT_CM_Q8_0, VK_K_MUL_MAT_CM_Q8_0_128X128K16},
-            {VK_K_MUL_MAT_CM_Q4_0_256X128S1, VK_K_MUL_MAT_CM_Q4_0, VK_K_MUL_MAT_CM_Q4_0_128X128K16},
-            {VK_K_MUL_MAT_CM_F16_F16_64X64, VK_K_MUL_MAT_CM_F16_F16_128X128K16, -1},
-            {VK_K_MUL_MAT_CM_F16_F16, VK_K_MUL_MAT_CM_F16_F16_128X128K16, VK_K_MUL_MAT_CM_F16_F16_64X64},
+         * for few columns, else 256x128 with 16 warps and one staging buffer
+         * (47 KiB of shared memory, 512 invocations), then 128x128 tiles
+         * that need less */
+        static const int pref[][4] = {
+            {VK_K_MUL_MAT_CM_F16_64X64, VK_K_MUL_MAT_CM_F16_128X128K16, -1, -1},
+            /* 256x128, 16 warps: 220 TFLOP/s at 4096^3 on the H200 against
+             * 158 for the 4-warp 128x128 tile (bench/RESULTS.md, run 18) */
+            {VK_K_MUL_MAT_CM_F16_256X128W16S1, VK_K_MUL_MAT_CM_F16_128X128W4, VK_K_MUL_MAT_CM_F16,
+             VK_K_MUL_MAT_CM_F16_128X128K16},
+            /* Q8_0 122 / Q4_0 128 TFLOP/s at 4096^3 on the H200 against 84 /
+             * 94 for the 8-warp 256x128 tile (run 25) */
+            {VK_K_MUL_MAT_CM_Q8_0_256X128W16S1, VK_K_MUL_MAT_CM_Q8_0_256X128S1, VK_K_MUL_MAT_CM_Q8_0,
+             VK_K_MUL_MAT_CM_Q8_0_128X128K16},
+            {VK_K_MUL_MAT_CM_Q4_0_256X128W16S1, VK_K_MUL_MAT_CM_Q4_0_256X128S1, VK_K_MUL_MAT_CM_Q4_0,
+             VK_K_MUL_MAT_CM_Q4_0_128X128K16},
+            {VK_K_MUL_MAT_CM_F16_F16_64X64, VK_K_MUL_MAT_CM_F16_F16_128X128K16, -1, -1},
+            {VK_K_MUL_MAT_CM_F16_F16_256X128W16S1, VK_K_MUL_MAT_CM_F16_F16, VK_K_MUL_MAT_CM_F16_F16_128X128K16,
+             VK_K_MUL_MAT_CM_F16_F16_64X64},
         };
         const int *p = pref[t == TSL_TYPE_F16 ? (bt == TSL_TYPE_F16 ? 4 : 0) + (N <= 64 ? 0 : 1)
                                               : t == TSL_TYPE_Q8_0 ? 2 : 3];
-        for (int i = 0; i < 3 && p[i] >= 0; i++)
-            if (vk_mm_applies(d, p[i], n) && d->k[p[i]].runnable) {
-                cand[k++] = p[i];
-                break;
-            }
+        for (int i = 0; i < 4 && p[i] >= 0; i++) {
+            if (!vk_mm_applies(d, p[i], n) || !d->k[p[i]].runnable) continue;
+            /* a 256-row tile only where its grid fills a large GPU about
+             * twice (an H200 runs one such workgroup per SM, 132 SMs): on
+             * fewer workgroups the smaller tile's wider grid is faster */
+            uint32_t bm, bn;
+            vk_mm_cm_tile(vk_mm_info_of(p[i]), &bm, &bn);
+            const uint64_t grid = (uint64_t)((a->ne[1] + bm - 1) / bm) * (uint64_t)((N + bn - 1) / bn) *
+                                  (uint64_t)b->ne[2] * (uint64_t)b->ne[3];
+            if (bm * bn > 128u * 128u && grid < VK_MM_CM_BIG_GRID && i + 1 < 4 && p[i + 1] >= 0) continue;
+            cand[k++] = p[i];
+            break;
+        }
     }
     cand[k++] = tiled;
     return k;
