@@ -166,6 +166,7 @@ enum {
     VK_CAP_COOPMAT = 1u << 10,     /* CooperativeMatrixKHR */
     VK_CAP_VMM = 1u << 11,         /* VulkanMemoryModel */
     VK_CAP_DOT = 1u << 12,         /* DotProduct* (integer dot products) */
+    VK_CAP_SUBGROUP_SHUFFLE = 1u << 13, /* GroupNonUniformShuffle */
     VK_CAP_UNKNOWN = 1u << 31,
 };
 
@@ -242,7 +243,7 @@ typedef struct vk_coopmat_shape {
 
 typedef struct vk_features {
     bool storage_16bit, float16, int8, float64, int16, int64, storage_8bit;
-    bool subgroup_basic, subgroup_arith;
+    bool subgroup_basic, subgroup_arith, subgroup_shuffle;
     uint32_t subgroup_size;
     bool push_descriptors, timeline_semaphore, cooperative_matrix, device_fault, nv_checkpoints, robustness2;
     bool int_dot, int_dot_fast; /* shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product); 4x8 signed in hardware */

@@ -381,6 +381,7 @@ static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *inf
     f->subgroup_basic = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
     f->subgroup_arith = f->subgroup_basic && (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    f->subgroup_shuffle = f->subgroup_basic && (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     f->push_descriptors = vk_has_ext(exts, ne, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     f->cooperative_matrix = vk_has_ext(exts, ne, "VK_KHR_cooperative_matrix");
     f->device_fault = vk_has_ext(exts, ne, VK_EXT_DEVICE_FAULT_EXTENSION_NAME);

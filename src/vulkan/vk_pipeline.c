@@ -71,6 +71,7 @@ static uint32_t spv_cap_bit(uint32_t cap) {
     case 39: return VK_CAP_INT8;
     case 61: return VK_CAP_SUBGROUP_BASIC;
     case 63: return VK_CAP_SUBGROUP_ARITH;
+    case 65: return VK_CAP_SUBGROUP_SHUFFLE;
     case 4433: return VK_CAP_16BIT_STORAGE;             /* StorageBuffer16BitAccess */
     case 4448: return VK_CAP_8BIT_STORAGE;              /* StorageBuffer8BitAccess */
     case 5345: return VK_CAP_VMM;                       /* VulkanMemoryModel */
@@ -148,6 +149,7 @@ static uint32_t vk_device_caps(const vk_device *d) {
     if (d->f.storage_8bit) c |= VK_CAP_8BIT_STORAGE;
     if (d->f.subgroup_basic) c |= VK_CAP_SUBGROUP_BASIC;
     if (d->f.subgroup_arith) c |= VK_CAP_SUBGROUP_ARITH;
+    if (d->f.subgroup_shuffle) c |= VK_CAP_SUBGROUP_SHUFFLE;
     if (d->f.buffer_device_address) c |= VK_CAP_BDA;
     if (d->f.cooperative_matrix && d->f.n_coopmat > 0) c |= VK_CAP_COOPMAT;
     if (d->f.vulkan_memory_model) c |= VK_CAP_VMM;

@@ -104,21 +104,30 @@ uint q8_word(vec4 x, float id, out int sum) {
     return word;
 }
 
-/* Invocation `part` (0..7, four values each) of block blk stores its word
- * of quants into column array Q (from word base; nb blocks in the column):
- * parts 0..3 hold elements 0..15 of the block, 4..7 the rest. Part 0 also
- * stores the block's scale dq, rounded to F16, and the sum of its quants,
- * the eight parts' sums being in shared array S at s0 .. s0 + 7. A macro:
- * a GLSL function cannot take a buffer. */
-#define Q8_STORE(Q, base, nb, blk, part, word, dq, S, s0)                                  \
-    {                                                                                      \
-        Q[(base) + ((part) < 4u ? 0u : 4u * (nb)) + (blk) * 4u + ((part) % 4u)] = (word);  \
-        if ((part) == 0u) {                                                                \
-            int q8_t = 0;                                                                  \
-            [[unroll]] for (uint q8_i = 0u; q8_i < 8u; q8_i++) q8_t += S[(s0) + q8_i];     \
-            Q[(base) + 8u * (nb) + 2u * (blk)] = floatBitsToUint(f16_round(dq));           \
-            Q[(base) + 8u * (nb) + 2u * (blk) + 1u] = floatBitsToUint(float(q8_t));        \
-        }                                                                                  \
+/* Word `part` (0..7, four quants each) of block blk into column array Q
+ * (from word base; nb blocks in the column): words 0..3 hold elements 0..15
+ * of the block, 4..7 the rest. And the block's scale dq, rounded to F16,
+ * with the sum of its quants. Macros: a GLSL function cannot take a
+ * buffer. */
+#define Q8_STORE_WORD(Q, base, nb, blk, part, word) \
+    Q[(base) + ((part) < 4u ? 0u : 4u * (nb)) + (blk) * 4u + ((part) % 4u)] = (word)
+#define Q8_STORE_SCALE(Q, base, nb, blk, dq, total)                                  \
+    {                                                                                \
+        Q[(base) + 8u * (nb) + 2u * (blk)] = floatBitsToUint(f16_round(dq));         \
+        Q[(base) + 8u * (nb) + 2u * (blk) + 1u] = floatBitsToUint(float(total));     \
+    }
+
+/* Invocation `part` (0..7) of block blk stores its word; part 0 also the
+ * scale and the sum of the eight parts' sums, in shared array S at s0 ..
+ * s0 + 7. */
+#define Q8_STORE(Q, base, nb, blk, part, word, dq, S, s0)                              \
+    {                                                                                  \
+        Q8_STORE_WORD(Q, base, nb, blk, part, word);                                   \
+        if ((part) == 0u) {                                                            \
+            int q8_t = 0;                                                              \
+            [[unroll]] for (uint q8_i = 0u; q8_i < 8u; q8_i++) q8_t += S[(s0) + q8_i]; \
+            Q8_STORE_SCALE(Q, base, nb, blk, dq, q8_t);                                \
+        }                                                                              \
     }
 
 #endif

@@ -7,21 +7,26 @@
  * one dispatch and one barrier fewer, and the row read once.
  *
  * The same roundings as the two kernels apart: x * scale, then * w. One
- * workgroup of 512 per row: each invocation keeps its share of the row (up
- * to 8 values) in registers between the statistics and the write; the
- * shares meet in subgroupAdd and one shared-memory step. Rows longer than
- * 4096 read their tail again. In place is safe (every element is read
- * before the statistics' barrier, then written by the invocation that read
- * it).
+ * workgroup of 512 per row: invocation t (counted along subgroup lanes)
+ * keeps elements 8t .. 8t+7 in registers between the statistics and the
+ * write (two 16-byte loads and stores where the row is dense and aligned);
+ * the shares meet in subgroupAdd and one shared-memory step. Rows longer
+ * than 4096 read their tail again. In place is safe (every element is
+ * read before the statistics' barrier, then written by the invocation that
+ * read it).
  *
  * With pc.qout set (one row of at most 4096 values, a multiple of 32, read
  * next by integer-dot mat-vecs), the kernel also writes the row quantized
  * to Q8_0 into the mat-vec's column scratch (binding 2, from word pc.oq),
  * byte for byte what quant_q8.comp would make of it (q8.glsl): the
- * quantizer's dispatch, and the level it waits in, are saved.
+ * quantizer's dispatch, and the level it waits in, are saved. A block of
+ * 32 is four neighbouring lanes' values, so its largest magnitude and the
+ * sum of its quants come from two lane shuffles each: no shared memory, no
+ * barrier (8.4 -> 7.9 us a row of 4096 on the H200, bench/RESULTS.md).
  */
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "q8.glsl"
 
@@ -39,18 +44,23 @@ layout(push_constant) uniform P {
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
+layout(binding = 0) readonly buffer A4 { vec4 a4[]; };
 layout(binding = 1) readonly buffer W { float w[]; };
+layout(binding = 1) readonly buffer W4 { vec4 w4[]; };
 layout(binding = 2) writeonly buffer Q { uint qd[]; };
 layout(binding = 3) writeonly buffer D { float d[]; };
+layout(binding = 3) writeonly buffer D4 { vec4 d4[]; };
 
 shared float red[WG];
-shared int ssum[WG];
-shared float ys[NV * WG]; /* qout: the row written, for its quantization */
 
 void main() {
     const uint row = wg_linear();
     if (row >= pc.ne1 * pc.ne2 * pc.ne3) return; /* uniform per workgroup */
     const uint tid = gl_LocalInvocationID.x;
+    /* the element mapping follows subgroup lanes, so a block's four
+     * invocations are neighbouring lanes of one subgroup whatever order
+     * the device puts invocations into subgroups */
+    const uint lane = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
     const uint i1 = row % pc.ne1, i2 = (row / pc.ne1) % pc.ne2, i3 = row / (pc.ne1 * pc.ne2);
     const uint xa = pc.oa + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3;
     const uint xd = pc.od + i1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3;
@@ -59,12 +69,25 @@ void main() {
      * is not another round trip after the statistics */
     float v[NV], wv[NV];
     float s2 = 0.0;
-    [[unroll]] for (uint j = 0u; j < NV; j++) {
-        const uint i = tid + j * WG;
-        v[j] = i < pc.ne0 ? a[xa + i * pc.sa0] : 0.0;
-        wv[j] = i < pc.ne0 ? w[pc.ow + i * pc.sw0] : 0.0;
-        s2 += v[j] * v[j];
+    /* dense, 16-byte aligned rows (the usual case): two 16-byte loads per
+     * invocation, neighbouring lanes reading neighbouring bytes */
+    const bool vec = pc.sa0 == 1u && pc.sw0 == 1u && pc.sd0 == 1u && ((xa | xd | pc.ow) & 3u) == 0u;
+    if (vec && lane * NV + NV <= pc.ne0) {
+        [[unroll]] for (uint h = 0u; h < 2u; h++) {
+            const vec4 x = a4[(xa >> 2) + 2u * lane + h], y = w4[(pc.ow >> 2) + 2u * lane + h];
+            [[unroll]] for (uint e = 0u; e < 4u; e++) {
+                v[4u * h + e] = x[e];
+                wv[4u * h + e] = y[e];
+            }
+        }
+    } else {
+        [[unroll]] for (uint j = 0u; j < NV; j++) {
+            const uint i = lane * NV + j;
+            v[j] = i < pc.ne0 ? a[xa + i * pc.sa0] : 0.0;
+            wv[j] = i < pc.ne0 ? w[pc.ow + i * pc.sw0] : 0.0;
+        }
     }
+    [[unroll]] for (uint j = 0u; j < NV; j++) s2 += v[j] * v[j];
     for (uint i = tid + NV * WG; i < pc.ne0; i += WG) {
         const float x = a[xa + i * pc.sa0];
         s2 += x * x;
@@ -80,41 +103,39 @@ void main() {
     }
     barrier();
     const float scale = inversesqrt(red[WG - 1u] / float(pc.ne0) + pc.eps);
+    float o[NV];
     [[unroll]] for (uint j = 0u; j < NV; j++) {
-        const uint i = tid + j * WG;
-        if (i < pc.ne0) {
-            precise const float y = v[j] * scale;
-            precise const float o = y * wv[j];
-            d[xd + i * pc.sd0] = o;
-            if (pc.qout != 0u) ys[i] = o;
-        }
+        precise const float y = v[j] * scale;
+        precise const float p = y * wv[j];
+        o[j] = p;
+    }
+    if (vec && lane * NV + NV <= pc.ne0) {
+        d4[(xd >> 2) + 2u * lane] = vec4(o[0], o[1], o[2], o[3]);
+        d4[(xd >> 2) + 2u * lane + 1u] = vec4(o[4], o[5], o[6], o[7]);
+    } else {
+        [[unroll]] for (uint j = 0u; j < NV; j++)
+            if (lane * NV + j < pc.ne0) d[xd + (lane * NV + j) * pc.sd0] = o[j];
     }
     if (pc.qout != 0u) {
         /* uniform: one row, ne0 <= NV * WG and a multiple of 32 (the host
-         * checks). Eight invocations a block, four values each, as in
-         * quant_q8.comp. */
-        barrier();
-        const uint nb = pc.ne0 / 32u, part = tid % 8u;
-        for (uint b0 = 0u; b0 < nb; b0 += WG / 8u) {
-            const uint blk = b0 + tid / 8u;
-            const bool live = blk < nb;
-            vec4 x = vec4(0.0);
-            if (live) {
-                const uint k = blk * 32u + part * 4u;
-                x = vec4(ys[k], ys[k + 1u], ys[k + 2u], ys[k + 3u]);
-            }
-            red[tid] = max(max(abs(x.x), abs(x.y)), max(abs(x.z), abs(x.w)));
-            barrier();
-            float amax = 0.0;
-            [[unroll]] for (uint i = 0u; i < 8u; i++) amax = max(amax, red[tid - part + i]);
-            float dq, id;
-            q8_scale(amax, dq, id);
-            int sum;
-            const uint word = q8_word(x, id, sum);
-            ssum[tid] = sum;
-            barrier();
-            if (live) Q8_STORE(qd, pc.oq, nb, blk, part, word, dq, ssum, tid)
-            barrier(); /* red and ssum are used again by the next blocks */
+         * checks), so a block is whole invocations tid - part .. + 3 */
+        const uint nb = pc.ne0 / 32u, blk = lane / 4u, part = lane % 4u;
+        float m = 0.0;
+        [[unroll]] for (uint j = 0u; j < NV; j++) m = max(m, abs(o[j]));
+        m = max(m, subgroupShuffleXor(m, 1u));
+        const float amax = max(m, subgroupShuffleXor(m, 2u));
+        float dq, id;
+        q8_scale(amax, dq, id);
+        int s0, s1;
+        const uint w0 = q8_word(vec4(o[0], o[1], o[2], o[3]), id, s0);
+        const uint w1 = q8_word(vec4(o[4], o[5], o[6], o[7]), id, s1);
+        int t = s0 + s1;
+        t += subgroupShuffleXor(t, 1u);
+        const int total = t + subgroupShuffleXor(t, 2u);
+        if (blk < nb) {
+            Q8_STORE_WORD(qd, pc.oq, nb, blk, 2u * part, w0);
+            Q8_STORE_WORD(qd, pc.oq, nb, blk, 2u * part + 1u, w1);
+            if (part == 0u) Q8_STORE_SCALE(qd, pc.oq, nb, blk, dq, total);
         }
     }
     for (uint i = tid + NV * WG; i < pc.ne0; i += WG) {
