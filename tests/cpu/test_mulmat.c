@@ -5,7 +5,8 @@
  * Everything goes through the public API (a context with data, tsl_mul_mat /
  * tsl_out_prod, a graph, tsl_backend_graph_compute) on backends with 1, 2 and
  * 3 threads, so the thread splits, the scratch planning and the barriers of
- * the two-phase kernels are exercised along with the arithmetic. With
+ * the two-phase kernels are exercised along with the arithmetic; the thread
+ * counts' results must be the same bytes. With
  * TSL_TEST_BACKEND=vulkan every case runs once on the Vulkan backend
  * instead, through ref.h's harness (the host tensors copied to the device
  * for the compute, every node checked to have run there, the (op, type)
@@ -258,6 +259,9 @@ static void run_case(const mm_case *c, int be_first, int be_last) {
         tol = fmax(tol, quant ? 1.1e-3 : 6e-4);
     /* on Vulkan the one backend stands for every thread count */
     if (ref_vk) be_first = be_last = 0;
+    /* the CPU computes the same bytes with any thread count: the first
+     * backend's result, to compare the others' with */
+    void *first = NULL;
     for (int bi = be_first; bi <= be_last; bi++) {
         /* poison, so a share of the output nobody wrote cannot pass */
         memset(d->data, 0xff, tsl_nbytes(d));
@@ -291,8 +295,17 @@ static void run_case(const mm_case *c, int be_first, int be_last) {
                     ref_where(REF_NTH(bi)), worst, tol, worst_loose, (long long)worst_i);
         }
         CHECK(ok);
+        if (!first && (first = malloc(tsl_nbytes(d)))) {
+            memcpy(first, d->data, tsl_nbytes(d));
+        } else if (first) {
+            char on[64]; /* ref_where's buffer is reused */
+            snprintf(on, sizeof on, "%s", ref_where(REF_NTH(bi)));
+            CHECKF(memcmp(first, d->data, tsl_nbytes(d)) == 0, "%s: %s differs from %s", desc, on,
+                   ref_where(REF_NTH(be_first)));
+        }
         g_cases++;
     }
+    free(first);
     free(rf), free(rq), free(mag), free(am), free(bn), free(bq), free(row), free(fcol), free(qcol);
     tsl_ctx_free(ctx);
 }
@@ -403,6 +416,13 @@ static void test_edge_tiles(void) {
     /* K = 0 is not expressible for quantized types; for F32 it gives zeros */
     mm_case z = {TSL_OP_MUL_MAT, TSL_TYPE_F32, TSL_TYPE_F32, 9, 20, 0, 1, 1, 1, 1, LAYOUT_CONTIG};
     run_case(&z, 0, 2);
+    /* decode's shape: one column, enough work to be split over threads (the
+     * sweep's single columns are small enough to run on one), odd M */
+    const tsl_type dtypes[] = {TSL_TYPE_F32, TSL_TYPE_F16, TSL_TYPE_BF16, TSL_TYPE_Q8_0, TSL_TYPE_Q4_0};
+    for (int ti = 0; ti < 5; ti++) {
+        mm_case v = {TSL_OP_MUL_MAT, dtypes[ti], TSL_TYPE_F32, 301, 1, 320, 1, 1, 1, 1, LAYOUT_CONTIG};
+        run_case(&v, 0, 2);
+    }
 }
 
 /* The kernel must refuse (FAILED with a message), never crash, on a node it
