@@ -662,8 +662,10 @@ static void bench_bw_op(bench_state *st, int which, size_t bytes) {
  *    as make 1 GiB, so no cache on the device (an H200's L2 is 60 MB) holds
  *    them between runs; like the CPU rows it counts the bytes of weights
  *    read (x and y are noise), against the copy ceiling.
- *  - mul_mat 4096^3 in GFLOP/s; flops_ratio is against --ref-tflops when
- *    given (a rate measured on the same GPU, e.g. torch's bf16 matmul) and
+ *  - mul_mat 4096^3 in GFLOP/s, F16, Q8_0, Q4_0 and F32 weights times F32
+ *    activations, then F16 times F16 ("f16/f16", both operands of the
+ *    rate torch's bf16 reference has); flops_ratio is against --ref-tflops
+ *    when given (a rate measured on the same GPU, e.g. torch's bf16 matmul) and
  *    absent otherwise: there is no FMA ceiling a host program can measure
  *    on a GPU without writing the kernel it is meant to judge.
  *  - encode: host time to encode and submit a 1,000-node graph of small ops
@@ -1221,9 +1223,9 @@ static void bench_usage(FILE *f) {
                "  --filter S   only rows whose \"op type\" contains S (ceilings always run)\n"
                "  --backend vulkan  the same on the Vulkan device (TSL_VULKAN_DEVICE picks it): a copy\n"
                "               ceiling, upload/download, mat-vec 8192x8192 over 1 GiB of weights, mul_mat\n"
-               "               4096^3, host encode time per node (1,000 nodes, 9 command buffers; again with\n"
-               "               the recorded command buffers reused); GPU time\n"
-               "               from timestamps where the device has them\n"
+               "               4096^3 (and F16 x F16), host encode time per node (1,000 nodes, 9 command\n"
+               "               buffers; again with the recorded command buffers reused); GPU time from\n"
+               "               timestamps where the device has them\n"
                "  --ref-tflops X  (vulkan) the matmul rate flops_ratio is against, e.g. torch bf16\n"
                "               measured on the same GPU; without it mul_mat rows give the rate alone\n");
 }
