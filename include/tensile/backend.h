@@ -377,8 +377,10 @@ int tsl_sched_n_copies(const tsl_sched *s);
  *   TSL_VULKAN_REUSE=0       record every compute's command buffers (by
  *                            default a compute whose commands equal the
  *                            last ones submits those again)
- *   TSL_VULKAN_FUSE=0        no fused pairs (mul(rms_norm(x), w); add(r, an
- *                            integer-dot mat-vec)): one dispatch per node
+ *   TSL_VULKAN_FUSE=0        no fused nodes (mul(rms_norm(x), w); add(r, an
+ *                            integer-dot mat-vec); decode attention,
+ *                            mul_mat(V, soft_max(mul_mat(K, q), mask))):
+ *                            one dispatch per node
  *   TSL_VULKAN_FUSE_QUANT=0  the integer-dot mat-vec's column quantizer
  *                            always its own dispatch (by default a norm or a
  *                            swiglu that makes the column writes it too)

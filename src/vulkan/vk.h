@@ -82,6 +82,10 @@
     X(SOFT_MAX_F32, "soft_max_f32", 4, 0, 0, 4)               \
     X(SOFT_MAX_F32_MASK_F32, "soft_max_f32_mask_f32", 4, 4, 0, 4) \
     X(SOFT_MAX_F32_MASK_F16, "soft_max_f32_mask_f16", 4, 2, 0, 4) \
+    X(ATTN_DEC_F16, "attn_dec_f16", 2, 4, 0, 4)               \
+    X(ATTN_DEC_F16_MASK_F32, "attn_dec_f16_mask_f32", 2, 4, 4, 4) \
+    X(ATTN_DEC_F16_MASK_F16, "attn_dec_f16_mask_f16", 2, 4, 2, 4) \
+    X(ATTN_COMBINE_F32, "attn_combine_f32", 4, 0, 0, 4)       \
     X(ROPE_F32, "rope_f32", 4, 4, 4, 4)                       \
     X(ROPE_F32_FP32, "rope_f32_fp32", 4, 4, 4, 4)             \
     X(OUT_PROD_F32, "out_prod_f32_f32", 4, 4, 0, 4)           \
@@ -459,6 +463,11 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
  * node's binding 2): is kernel such a mat-vec; the scratch bytes node n
  * needs; the quantizer's push constants and grid (x->b[2] the scratch). */
 #define VK_QSCR_SLOT ((VkDeviceSize)256 << 10)
+/* Decode attention fused into attn_dec + attn_combine (vk_backend.c): the
+ * key ranges per (head, column) and keys per range, and the scratch the
+ * partials take (bytes; VK_ASCR_SIZE at most, or no fusion). */
+#define VK_ASCR_SIZE ((VkDeviceSize)1 << 20)
+void vk_attn_split(int64_t heads_cols, int64_t n_kv, uint32_t *nsplit, uint32_t *klen);
 bool vk_mm_needs_quant(int kernel);
 uint64_t vk_mm_qscr_bytes(const tsl_tensor *n);
 uint32_t vk_mm_quant_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]);

@@ -210,6 +210,8 @@ struct vk_backend {
     /* device scratch: the integer-dot mat-vec's quantized column
      * (VK_QSCR_SLOT bytes; made on first use, again after a recovery) */
     vk_buf *qscr;
+    /* decode attention's partials (VK_ASCR_SIZE bytes; made on first use) */
+    vk_buf *ascr;
 
     /* status words kernels write data errors into (host-visible) */
     VkBuffer sbuf;
@@ -497,11 +499,59 @@ static int vk_fusable(const vk_exec *x, const vk_exec *y) {
     return 0;
 }
 
-/* The integer-dot mat-vec's column scratch, as a binding. */
-static vk_bind vk_qscr_bind(const vk_backend *be) {
-    const vk_buf *q = be->qscr;
+/* Are execs k, k + 1, k + 2 attention for a few query columns,
+ * mul_mat(V, soft_max(mul_mat(K, q), mask)), that attn_dec.comp and
+ * attn_combine.comp compute in two dispatches? Returns attn_dec's kernel,
+ * or -1. F16 K [hd, n_kv, hk] and V [n_kv, hdv, hk] (both dense along their
+ * first dimension, in one memory block: they are bound as one span), F32 q
+ * [hd, N, H] with H a multiple of hk, N <= 8, hd and hdv <= 256, the mask
+ * (if any) one [>= n_kv, >= N] matrix, the partials within the scratch.
+ * Whether kq and p are read by anything else is asked apart. The output may
+ * sit where q was (the graph's memory is planned for the nodes apart, and
+ * q is dead once kq exists): the combine pass writes it only after every
+ * key range has read q. */
+static int vk_attn_fusable(const vk_device *d, const vk_exec *x, const vk_exec *y, const vk_exec *z) {
+    const tsl_tensor *kq = x->node, *sm = y->node, *o = z->node;
+    if (kq->op != TSL_OP_MUL_MAT || sm->op != TSL_OP_SOFT_MAX || o->op != TSL_OP_MUL_MAT) return -1;
+    if (sm->src[0] != kq || o->src[1] != sm || ((kq->flags | sm->flags) & TSL_FLAG_OUTPUT)) return -1;
+    const tsl_tensor *kt = kq->src[0], *qt = kq->src[1], *vt = o->src[0], *mt = sm->src[1];
+    if (kt->type != TSL_TYPE_F16 || vt->type != TSL_TYPE_F16 || qt->type != TSL_TYPE_F32 || kq->type != TSL_TYPE_F32 ||
+        sm->type != TSL_TYPE_F32 || o->type != TSL_TYPE_F32)
+        return -1;
+    const int64_t hd = kt->ne[0], n_kv = kt->ne[1], hk = kt->ne[2], N = qt->ne[1], H = qt->ne[2], hdv = vt->ne[1];
+    if (kt->ne[3] != 1 || qt->ne[3] != 1 || vt->ne[3] != 1 || qt->ne[0] != hd || vt->ne[0] != n_kv ||
+        vt->ne[2] != hk || hk <= 0 || H % hk != 0 || N < 1 || N > 8 || hd > 256 || hdv > 256 || n_kv < 1)
+        return -1;
+    if (kt->nb[0] != 2 || vt->nb[0] != 2 || kt->nb[1] % 2 || kt->nb[2] % 2 || vt->nb[1] % 2 || vt->nb[2] % 2 ||
+        qt->nb[0] % 4 || qt->nb[1] % 4 || qt->nb[2] % 4 || o->nb[0] % 4 || o->nb[1] % 4 || o->nb[2] % 4)
+        return -1;
+    if (o->ne[0] != hdv || o->ne[1] != N || o->ne[2] != H || o->ne[3] != 1) return -1;
+    int kernel = VK_K_ATTN_DEC_F16;
+    if (mt) {
+        if ((mt->type != TSL_TYPE_F32 && mt->type != TSL_TYPE_F16) || mt->ne[0] < n_kv || mt->ne[1] < N ||
+            mt->ne[2] != 1 || mt->ne[3] != 1 || mt->nb[0] != tsl_type_block_size(mt->type))
+            return -1;
+        kernel = mt->type == TSL_TYPE_F32 ? VK_K_ATTN_DEC_F16_MASK_F32 : VK_K_ATTN_DEC_F16_MASK_F16;
+    }
+    const vk_bind *kb = &x->b[0], *vb = &z->b[0];
+    if (!kb->blk || kb->blk != vb->blk) return -1;
+    const VkDeviceSize lo = kb->off < vb->off ? kb->off : vb->off;
+    const VkDeviceSize hi = kb->off + kb->range > vb->off + vb->range ? kb->off + kb->range : vb->off + vb->range;
+    if (hi - lo > d->props.limits.maxStorageBufferRange || (hi - lo) / 2 > UINT32_MAX) return -1;
+    /* the partials fit the scratch */
+    uint32_t nsplit, klen;
+    vk_attn_split(H * N, n_kv, &nsplit, &klen);
+    if ((uint64_t)(H * N) * nsplit * (uint64_t)(hdv + 2) * 4 > VK_ASCR_SIZE) return -1;
+    return kernel;
+}
+
+/* A scratch buffer, as a binding. */
+static vk_bind vk_buf_bind(const vk_buf *q) {
     return (vk_bind){.blk = q->blk, .off = q->off, .range = q->size, .eoff = 0, .lo = q->off, .hi = q->off + q->size};
 }
+
+/* The integer-dot mat-vec's column scratch, as a binding. */
+static vk_bind vk_qscr_bind(const vk_backend *be) { return vk_buf_bind(be->qscr); }
 
 /* The quantizer into exec m (rms_norm_mul, swiglu): where its output is one
  * dense row of at most max_n values (a multiple of 32) and an integer-dot
@@ -522,10 +572,18 @@ static bool vk_fuse_qout(vk_backend *be, vk_exec *m, int from, int n, int64_t ma
     return true;
 }
 
+/* Is t in the candidates' set with exactly one reader? */
+static bool vk_fuse_once(const tsl_tensor *const *keys, const int *uses, size_t set, const tsl_tensor *t) {
+    for (size_t h = ((uintptr_t)t >> 4) % set; keys[h]; h = (h + 1) % set)
+        if (keys[h] == t) return uses[h] == 1;
+    return false;
+}
+
 /* Pairs of nodes into one dispatch (vk_fusable) where the first node's
  * output is read by the second alone and is no graph output (the scheduler
  * flags tensors other splits read as outputs): the first exec is dropped
  * (rms_norm_mul) or absorbs the second (a mat-vec storing r + its result).
+ * Likewise attention's three nodes (vk_attn_fusable) into attn_dec.
  * Off with TSL_VULKAN_FUSE=0. Returns the new number of execs. */
 static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     if (be->no_fuse || n < 2) return n;
@@ -536,21 +594,25 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     const tsl_tensor *keys[SET];
     int uses[SET], nc = 0;
     memset(keys, 0, sizeof keys);
-    for (int k = 0; k + 1 < n && nc < SET / 2; k++) {
-        if (!vk_fusable(&be->exec[k], &be->exec[k + 1])) continue;
-        const tsl_tensor *t = be->exec[k].node;
-        size_t h = ((uintptr_t)t >> 4) % SET;
-        while (keys[h]) h = (h + 1) % SET;
-        keys[h] = t;
-        uses[h] = 0;
-        nc++;
+    for (int k = 0; k + 1 < n && nc < SET / 2 - 1; k++) {
+        const bool attn = k + 2 < n && vk_attn_fusable(d, &be->exec[k], &be->exec[k + 1], &be->exec[k + 2]) >= 0;
+        if (!attn && !vk_fusable(&be->exec[k], &be->exec[k + 1])) continue;
+        for (int e = 0; e < (attn ? 2 : 1); e++) {
+            const tsl_tensor *t = be->exec[k + e].node;
+            size_t h = ((uintptr_t)t >> 4) % SET;
+            while (keys[h] && keys[h] != t) h = (h + 1) % SET;
+            if (keys[h]) continue;
+            keys[h] = t;
+            uses[h] = 0;
+            nc++;
+        }
     }
     for (int i = 0; i < g->n_nodes && nc > 0; i++) {
         const tsl_tensor *t = g->nodes[i];
         if (!t) continue;
         for (int j = 0; j <= TSL_MAX_SRC; j++) {
             const tsl_tensor *r = j < TSL_MAX_SRC ? t->src[j] : t->view_src;
-            if (!r || (r->op != TSL_OP_RMS_NORM && r->op != TSL_OP_MUL_MAT)) continue;
+            if (!r || (r->op != TSL_OP_RMS_NORM && r->op != TSL_OP_MUL_MAT && r->op != TSL_OP_SOFT_MAX)) continue;
             for (size_t h = ((uintptr_t)r >> 4) % SET; keys[h]; h = (h + 1) % SET)
                 if (keys[h] == r) {
                     uses[h]++;
@@ -560,20 +622,54 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     }
     const vk_kernel *fk = NULL;
     VkPipeline nm_pipe = VK_NULL_HANDLE, sw_pipe = VK_NULL_HANDLE;
-    bool sw_failed = false;
+    bool sw_failed = false, attn_failed = false;
     int w = 0;
     for (int k = 0; k < n; k++) {
         vk_exec *x = &be->exec[k];
-        int kind = k + 1 < n ? vk_fusable(x, &be->exec[k + 1]) : 0;
-        if (kind) {
-            bool once = false;
-            for (size_t h = ((uintptr_t)x->node >> 4) % SET; keys[h]; h = (h + 1) % SET)
-                if (keys[h] == x->node) {
-                    once = uses[h] == 1;
-                    break;
+        const int ak = k + 2 < n && !attn_failed ? vk_attn_fusable(d, x, &be->exec[k + 1], &be->exec[k + 2]) : -1;
+        if (ak >= 0 && vk_fuse_once(keys, uses, SET, x->node) && vk_fuse_once(keys, uses, SET, be->exec[k + 1].node) &&
+            d->k[ak].runnable && d->k[VK_K_ATTN_COMBINE_F32].runnable) {
+            /* a kernel that fails to build, or no memory for the partials,
+             * leaves the three nodes apart */
+            VkPipeline ap = vk_kernel_get(d, ak, &fk);
+            VkPipeline cp = ap ? vk_kernel_get(d, VK_K_ATTN_COMBINE_F32, &fk) : VK_NULL_HANDLE;
+            attn_failed = !ap || !cp;
+            if (!attn_failed && (!be->ascr || be->ascr->gen != d->gen)) {
+                vk_mem_free(d, be->ascr); /* one of a device recovery replaced: a record only */
+                tsl_error aerr;
+                be->ascr = vk_mem_alloc(d, VK_ASCR_SIZE, be->name, &aerr);
+                if (!be->ascr) {
+                    TSL_LOGW("%s: no memory for attention's scratch (%s); its nodes run apart", be->name, aerr.message);
+                    attn_failed = true;
                 }
-            if (!once) kind = 0;
+            }
+            if (!attn_failed) {
+                /* the outer product takes the three nodes' place */
+                const vk_exec *y = &be->exec[k + 1], *z = &be->exec[k + 2];
+                vk_exec m = *z;
+                m.kernel = ak;
+                m.pipe = ap;
+                m.pipe2 = cp; /* attn_combine, dispatched second (vk_encode_node) */
+                m.fused = x->node;
+                m.rb = z->b[0];
+                const vk_bind *kb = &x->b[0], *vb = &z->b[0];
+                m.b[0] = *kb;
+                m.b[0].off = kb->off < vb->off ? kb->off : vb->off;
+                m.b[0].range = (kb->off + kb->range > vb->off + vb->range ? kb->off + kb->range : vb->off + vb->range) -
+                               m.b[0].off;
+                m.b[0].eoff = kb->eoff + (uint32_t)((kb->off - m.b[0].off) / 2);
+                m.b[0].lo = kb->lo < vb->lo ? kb->lo : vb->lo;
+                m.b[0].hi = kb->hi > vb->hi ? kb->hi : vb->hi;
+                m.b[1] = x->b[1];
+                m.b[2] = y->node->src[1] ? y->b[1] : (vk_bind){0};
+                m.cost_s += x->cost_s + y->cost_s;
+                be->exec[w++] = m;
+                k += 2;
+                continue;
+            }
         }
+        int kind = k + 1 < n ? vk_fusable(x, &be->exec[k + 1]) : 0;
+        if (kind && !vk_fuse_once(keys, uses, SET, x->node)) kind = 0;
         if (kind == 1 && !nm_pipe && d->k[VK_K_RMS_NORM_MUL_F32].runnable)
             nm_pipe = vk_kernel_get(d, VK_K_RMS_NORM_MUL_F32, &fk);
         if (kind == 1 && nm_pipe) {
@@ -789,9 +885,29 @@ static VkResult vk_play_tape(vk_backend *be, vk_slot *sl) {
     return VK_SUCCESS;
 }
 
+static bool vk_is_attn(int kernel) {
+    return kernel == VK_K_ATTN_DEC_F16 || kernel == VK_K_ATTN_DEC_F16_MASK_F32 || kernel == VK_K_ATTN_DEC_F16_MASK_F16;
+}
+
 static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     vk_device *d = be->dev;
     uint32_t pc[VK_PC_WORDS], grid[3];
+    if (vk_is_attn(x->kernel)) {
+        /* fused attention: the key ranges' partials into the scratch, then
+         * the pass that joins them into the output */
+        const vk_bind sb = vk_buf_bind(be->ascr);
+        vk_exec xa = *x;
+        xa.b[VK_BIND_DST] = sb;
+        uint32_t pcsize = vk_op_params(d, &xa, pc, grid);
+        VkResult r = vk_encode_dispatch(be, sl, &xa, x->pipe, pc, pcsize, grid);
+        if (r != VK_SUCCESS) return r;
+        vk_exec xb = *x;
+        xb.kernel = VK_K_ATTN_COMBINE_F32;
+        xb.b[0] = sb;
+        xb.b[1] = xb.b[2] = (vk_bind){0};
+        pcsize = vk_op_params(d, &xb, pc, grid);
+        return vk_encode_dispatch(be, sl, &xb, x->pipe2, pc, pcsize, grid);
+    }
     if (!x->pipe2) {
         uint32_t pcsize = vk_op_params(d, x, pc, grid);
         VkResult r = vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
@@ -1904,6 +2020,11 @@ static void vk_free(tsl_backend *b) {
                  be->device);
     } else {
         vk_backend_objects_drop(be, NULL);
+    }
+    if (be->ascr) {
+        if (clean) vk_mem_free(d, be->ascr);
+        else free(be->ascr); /* its memory stays with the unfinished work */
+        be->ascr = NULL;
     }
     if (be->qscr) {
         if (clean) vk_mem_free(d, be->qscr);

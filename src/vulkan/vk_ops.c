@@ -331,6 +331,21 @@ static uint32_t *put_ne(uint32_t *pc, const tsl_tensor *t) {
     return pc;
 }
 
+/* Decode attention's key ranges: enough (head, column, range) workgroups to
+ * fill a large GPU (about 256), at least 32 keys a range, a multiple of 8
+ * keys (the kernel's 16-byte loads along V's rows start on range bounds). */
+void vk_attn_split(int64_t heads_cols, int64_t n_kv, uint32_t *nsplit, uint32_t *klen) {
+    int64_t s = heads_cols > 0 ? (256 + heads_cols - 1) / heads_cols : 1;
+    const int64_t most = (n_kv + 31) / 32;
+    if (s > most) s = most;
+    if (s > 64) s = 64;
+    if (s < 1) s = 1;
+    int64_t len = (n_kv + s - 1) / s;
+    len = (len + 7) / 8 * 8;
+    *klen = (uint32_t)len;
+    *nsplit = (uint32_t)((n_kv + len - 1) / len);
+}
+
 /* groups workgroups folded into x and y within the device's limits. */
 void vk_grid(const vk_device *d, uint64_t groups, uint32_t grid[3]) {
     uint64_t mx = d->props.limits.maxComputeWorkGroupCount[0];
@@ -453,6 +468,55 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = x->qout ? 1u : 0u;
         *p++ = x->qout ? x->b[2].eoff : 0u;
         vk_grid(d, (uint64_t)tsl_nrows(xt), grid);
+        break;
+    }
+    case VK_K_ATTN_DEC_F16:
+    case VK_K_ATTN_DEC_F16_MASK_F32:
+    case VK_K_ATTN_DEC_F16_MASK_F16:
+    case VK_K_ATTN_COMBINE_F32: {
+        /* mul_mat(V, soft_max(mul_mat(K, q), mask)) fused (vk_backend.c):
+         * n is the outer product, x->fused the inner. attn_dec: K and V
+         * bound as one span at 0 (V's own binding kept in rb), q at 1, the
+         * mask at 2, the partials (the scratch) at 3; attn_combine: the
+         * partials at 0, the output at 3 */
+        const tsl_tensor *kq = x->fused, *sm = n->src[1], *kt = kq->src[0], *qt = kq->src[1], *vt = n->src[0];
+        const tsl_tensor *mt = sm->src[1];
+        const int64_t H = qt->ne[2], N = qt->ne[1];
+        uint32_t nsplit, klen;
+        vk_attn_split(H * N, kt->ne[1], &nsplit, &klen);
+        if (x->kernel == VK_K_ATTN_COMBINE_F32) {
+            *p++ = vk_u32(vt->ne[1]);
+            *p++ = vk_u32(H);
+            *p++ = vk_u32(N);
+            *p++ = nsplit;
+            *p++ = x->b[0].eoff;
+            *p++ = x->b[3].eoff;
+            for (int i = 0; i < 3; i++) *p++ = vk_u32((int64_t)(n->nb[i] / 4));
+            vk_grid(d, (uint64_t)(H * N), grid);
+            break;
+        }
+        *p++ = vk_u32(kt->ne[1]);
+        *p++ = vk_u32(kt->ne[0]);
+        *p++ = vk_u32(vt->ne[1]);
+        *p++ = vk_u32(H);
+        *p++ = vk_u32(H / kt->ne[2]);
+        *p++ = vk_u32(N);
+        *p++ = nsplit;
+        *p++ = klen;
+        *p++ = x->b[0].eoff;
+        *p++ = vk_u32((int64_t)(kt->nb[1] / 2));
+        *p++ = vk_u32((int64_t)(kt->nb[2] / 2));
+        *p++ = x->rb.eoff + (uint32_t)((x->rb.off - x->b[0].off) / 2);
+        *p++ = vk_u32((int64_t)(vt->nb[1] / 2));
+        *p++ = vk_u32((int64_t)(vt->nb[2] / 2));
+        *p++ = x->b[1].eoff;
+        for (int i = 0; i < 3; i++) *p++ = vk_u32((int64_t)(qt->nb[i] / 4));
+        *p++ = mt ? x->b[2].eoff : 0u;
+        *p++ = mt ? vk_u32((int64_t)(mt->nb[0] / es[2])) : 0u;
+        *p++ = mt ? vk_u32((int64_t)(mt->nb[1] / es[2])) : 0u;
+        *p++ = x->b[3].eoff;
+        *p++ = f2u(op_get_f32(sm, 0));
+        vk_grid(d, (uint64_t)(H * N) * nsplit, grid);
         break;
     }
     case VK_K_SOFT_MAX_F32:

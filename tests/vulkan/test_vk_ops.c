@@ -760,6 +760,111 @@ static void test_fusion(void) {
     vkt_print(&sb);
 }
 
+/* ---- fusion: attention for a few query columns ----------------------------------- */
+
+typedef struct attn_arg {
+    int64_t hd, hdv, H, hk, N, n_kv, n_ctx;
+    int mask;  /* 0 none, 1 F32, 2 F16, 3 F32 all -inf */
+    int inner; /* q made in the graph and the result read by another node: the graph's memory plan may put
+                  the result where q was */
+} attn_arg;
+
+/* mul_mat(V, soft_max(mul_mat(K, q), mask, 1/sqrt(hd))) over views of an F16
+ * cache as a decoder keeps it: K rows by position, V transposed (rows by
+ * dimension, contiguous along the positions); q permuted to [hd, N, H]. */
+static void build_attn(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const attn_arg *a = arg;
+    (void)ref;
+    tsl_tensor *kc = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F16, 1, a->hd * a->hk, a->n_ctx, 1, 1);
+    tsl_tensor *vc = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F16, 1, a->n_ctx, a->hdv * a->hk, 1, 1);
+    tsl_tensor *q = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->hd, a->H, a->N, 1);
+    tsl_tensor *m = NULL;
+    if (a->mask)
+        m = vkt_input(ctx, c, IN_MASK, a->mask == 2 ? TSL_TYPE_F16 : TSL_TYPE_F32, a->mask == 3 ? 1.0f : 0.2f, a->n_kv,
+                      a->N, 1, 1);
+    tsl_tensor *k = tsl_view_3d(ctx, kc, a->hd, a->n_kv, a->hk, kc->nb[1], (size_t)a->hd * 2, 0);
+    tsl_tensor *v = tsl_view_3d(ctx, vc, a->n_kv, a->hdv, a->hk, vc->nb[1], vc->nb[1] * (size_t)a->hdv, 0);
+    if (a->inner) q = tsl_scale(ctx, q, 0.5f);
+    tsl_tensor *kq = tsl_mul_mat(ctx, k, tsl_permute(ctx, q, 0, 2, 1, 3));
+    kq = tsl_soft_max(ctx, kq, m, 1.0f / sqrtf((float)a->hd));
+    c->out = tsl_mul_mat(ctx, v, kq);
+    if (a->inner) c->out = tsl_scale(ctx, c->out, 2.0f);
+}
+
+/* The three nodes run as two dispatches (the key ranges' partials, then
+ * their combination) for up to 8 query columns (three for more), with
+ * grouped heads or not, one key range or many, a range over several of the
+ * kernel's chunks (256 heads x columns: one range of 600 keys), F32, F16 or no mask, head sizes that are no multiple of
+ * the subgroup; a column whose keys are all masked gives zeros as
+ * soft_max's row of zeros does. Values against the CPU's three nodes (which round q
+ * and the weights to F16 for their F16 products: 2^-11 of the terms), and,
+ * tighter, against the three Vulkan kernels apart (TSL_VULKAN_FUSE=0: F32
+ * throughout, so only the order of sums and the running maximum differ). */
+static void test_attention(void) {
+    vkt_stat st = {.name = "attention"};
+    setenv("TSL_VULKAN_FUSE", "0", 1);
+    tsl_error perr;
+    tsl_backend *plain = tsl_backend_vulkan_new(-1, &perr);
+    unsetenv("TSL_VULKAN_FUSE");
+    CHECK(plain != NULL);
+    static const attn_arg cases[] = {
+        {64, 64, 8, 2, 1, 37, 64, 1, 0},        {128, 128, 32, 8, 1, 600, 640, 1, 0},
+        {64, 64, 4, 4, 3, 300, 320, 2, 0},      {80, 48, 6, 3, 2, 1, 8, 0, 0},
+        {64, 64, 8, 2, 1, 37, 64, 3, 0},        {256, 256, 2, 1, 8, 513, 520, 1, 0},
+        {64, 64, 8, 2, 9, 37, 64, 1, 0},        {64, 64, 32, 8, 8, 600, 640, 1, 0},
+        {128, 128, 32, 8, 1, 300, 320, 1, 1},   {64, 64, 8, 2, 3, 37, 64, 1, 1},
+    };
+    /* the last two: q made in the graph, whose memory plan may put the
+     * result where q was (model_test_llm_vk's decode graphs do: the combine
+     * pass writes it only once every key range has read q) */
+    static const uint64_t want[] = {2, 2, 2, 2, 2, 2, 3, 2, 0, 0};
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        const attn_arg *a = &cases[i];
+        char what[96];
+        snprintf(what, sizeof what, "hd %lld/%lld heads %lld/%lld cols %lld keys %lld mask %d%s", (long long)a->hd,
+                 (long long)a->hdv, (long long)a->H, (long long)a->hk, (long long)a->N, (long long)a->n_kv, a->mask,
+                 a->inner ? " inner q" : "");
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        vkt_check(&st, build_attn, a, (unsigned long long)(500 + i), 2e-4, 1e-3, what);
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        if (want[i])
+            CHECKF(s1.dispatches - s0.dispatches == want[i], "%s: %llu dispatches, want %llu", what,
+                   (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
+        float *r[2] = {0};
+        int64_t nr[2] = {0};
+        tsl_error err;
+        CHECK(vkt_run(g_vk, build_attn, a, false, 700 + i, &r[0], &nr[0], &err) == TSL_SUCCESS);
+        CHECK(!plain || vkt_run(plain, build_attn, a, false, 700 + i, &r[1], &nr[1], &err) == TSL_SUCCESS);
+        int bad = 0;
+        for (int64_t e = 0; r[0] && r[1] && nr[0] == nr[1] && e < nr[0]; e++)
+            if (!(fabs(r[0][e] - r[1][e]) <= 1e-6 + 2e-5 * fabs(r[1][e])) && bad++ < 3)
+                fprintf(stderr, "  %s: [%lld] fused %.9g apart %.9g\n", what, (long long)e, r[0][e], r[1][e]);
+        CHECKF(bad == 0 && nr[0] == nr[1], "%s: fused and unfused differ in %d values", what, bad);
+        free(r[0]);
+        free(r[1]);
+    }
+    tsl_backend_free(plain);
+    /* either kernel failing to build: the three nodes run apart */
+    static const char *const broken[] = {"attn_dec_f16_mask_f32", "attn_combine_f32"};
+    for (int b = 0; b < 2; b++) {
+        tsl_error err;
+        CHECK(vk_test_set_kernel(g_vk, broken[b], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        const uint64_t v0 = s0.validation_errors;
+        char what[64];
+        snprintf(what, sizeof what, "%s broken", broken[b]);
+        vkt_check(&st, build_attn, &cases[1], 600 + (unsigned long long)b, 2e-4, 1e-3, what);
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        CHECKF(s1.dispatches - s0.dispatches == 3, "%s: %llu dispatches, want 3", what,
+               (unsigned long long)(s1.dispatches - s0.dispatches));
+        g_expected_validation_errors += s1.validation_errors - v0;
+        CHECK(vk_test_set_kernel(g_vk, broken[b], NULL, 0, NULL, &err) == TSL_SUCCESS);
+    }
+    vkt_print(&st);
+}
+
 static void test_block(void) {
     vkt_stat st = {.name = "llama block"};
     static const tsl_type ty[] = {TSL_TYPE_Q4_0, TSL_TYPE_Q8_0, TSL_TYPE_F16};
@@ -1446,6 +1551,7 @@ int main(void) {
     RUN(test_training_ops);
     RUN(test_block);
     RUN(test_fusion);
+    RUN(test_attention);
     RUN(test_command_buffers);
     RUN(test_barriers);
     RUN(test_reuse);
