@@ -636,8 +636,17 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             attn_failed = !ap || !cp;
             if (!attn_failed && (!be->ascr || be->ascr->gen != d->gen)) {
                 vk_mem_free(d, be->ascr); /* one of a device recovery replaced: a record only */
+                be->ascr = NULL;
                 tsl_error aerr;
-                be->ascr = vk_mem_alloc(d, VK_ASCR_SIZE, be->name, &aerr);
+                fault_site site = {.compute = atomic_load_explicit(&be->base.n_computes, memory_order_relaxed),
+                                   .node = be->exec[k + 2].index,
+                                   .tensor = be->exec[k + 2].node,
+                                   .kernel = vk_kernel_descs[ak].name,
+                                   .bytes = VK_ASCR_SIZE};
+                if (fault_plan_fire(be->base.faults, TSL_FAULT_ALLOC, &site))
+                    error_set(&aerr, TSL_ALLOC_FAILED, be->name, be->device, -1, NULL, NULL, "injected fault");
+                else
+                    be->ascr = vk_mem_alloc(d, VK_ASCR_SIZE, be->name, &aerr);
                 if (!be->ascr) {
                     TSL_LOGW("%s: no memory for attention's scratch (%s); its nodes run apart", be->name, aerr.message);
                     attn_failed = true;

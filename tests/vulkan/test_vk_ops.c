@@ -845,6 +845,39 @@ static void test_attention(void) {
         free(r[1]);
     }
     tsl_backend_free(plain);
+    /* no memory for the partials (an injected allocation fault where the
+     * scratch is made): the three nodes run apart, the graph succeeds */
+    {
+        tsl_error err;
+        tsl_backend *fresh = tsl_backend_vulkan_new(-1, &err);
+        CHECK(fresh != NULL);
+        if (fresh) {
+            CHECK(tsl_backend_inject(fresh, "alloc@name=attn_dec_f16_mask_f32", &err) == TSL_SUCCESS);
+            tsl_vulkan_stats s0, s1;
+            CHECK(tsl_backend_vulkan_stats(fresh, &s0) == TSL_SUCCESS);
+            float *r[2] = {0};
+            int64_t nr[2] = {0};
+            CHECK(vkt_run(fresh, build_attn, &cases[1], false, 650, &r[0], &nr[0], &err) == TSL_SUCCESS);
+            CHECK(tsl_backend_vulkan_stats(fresh, &s1) == TSL_SUCCESS);
+            CHECK(tsl_backend_injected(fresh, TSL_FAULT_ALLOC) >= 1);
+            CHECKF(s1.dispatches - s0.dispatches == 3, "scratch refused: %llu dispatches, want 3",
+                   (unsigned long long)(s1.dispatches - s0.dispatches));
+            /* the rule gone, the next compute makes the scratch and fuses */
+            tsl_backend_inject_clear(fresh);
+            CHECK(tsl_backend_vulkan_stats(fresh, &s0) == TSL_SUCCESS);
+            CHECK(vkt_run(fresh, build_attn, &cases[1], false, 650, &r[1], &nr[1], &err) == TSL_SUCCESS);
+            CHECK(tsl_backend_vulkan_stats(fresh, &s1) == TSL_SUCCESS);
+            CHECKF(s1.dispatches - s0.dispatches == 2, "scratch made: %llu dispatches, want 2",
+                   (unsigned long long)(s1.dispatches - s0.dispatches));
+            int bad = 0;
+            for (int64_t e = 0; r[0] && r[1] && nr[0] == nr[1] && e < nr[0]; e++)
+                bad += !(fabs(r[0][e] - r[1][e]) <= 1e-6 + 2e-5 * fabs(r[0][e]));
+            CHECKF(bad == 0 && nr[0] == nr[1], "scratch refused and made differ in %d values", bad);
+            free(r[0]);
+            free(r[1]);
+            tsl_backend_free(fresh);
+        }
+    }
     /* either kernel failing to build: the three nodes run apart */
     static const char *const broken[] = {"attn_dec_f16_mask_f32", "attn_combine_f32"};
     for (int b = 0; b < 2; b++) {
