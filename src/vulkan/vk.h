@@ -86,6 +86,7 @@
     X(ATTN_DEC_F16_MASK_F32, "attn_dec_f16_mask_f32", 2, 4, 4, 4) \
     X(ATTN_DEC_F16_MASK_F16, "attn_dec_f16_mask_f16", 2, 4, 2, 4) \
     X(ATTN_COMBINE_F32, "attn_combine_f32", 4, 0, 0, 4)       \
+    X(ATTN_COMBINE_Q_F32, "attn_combine_q_f32", 4, 0, 4, 4)   \
     X(ROPE_F32, "rope_f32", 4, 4, 4, 4)                       \
     X(ROPE_F32_FP32, "rope_f32_fp32", 4, 4, 4, 4)             \
     X(OUT_PROD_F32, "out_prod_f32_f32", 4, 4, 0, 4)           \

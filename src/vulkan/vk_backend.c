@@ -572,6 +572,14 @@ static bool vk_fuse_qout(vk_backend *be, vk_exec *m, int from, int n, int64_t ma
     return true;
 }
 
+/* Does v hold exactly t's elements, in t's order (t itself, or a view of
+ * it at its start, both dense)? */
+static bool vk_same_row(const tsl_tensor *v, const tsl_tensor *t) {
+    if (v == t) return true;
+    return v && v->view_src == t && v->view_offs == 0 && v->type == t->type && tsl_is_contiguous(v) &&
+           tsl_is_contiguous(t) && tsl_nelements(v) == tsl_nelements(t);
+}
+
 /* Is t in the candidates' set with exactly one reader? */
 static bool vk_fuse_once(const tsl_tensor *const *keys, const int *uses, size_t set, const tsl_tensor *t) {
     for (size_t h = ((uintptr_t)t >> 4) % set; keys[h]; h = (h + 1) % set)
@@ -672,6 +680,23 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
                 m.b[1] = x->b[1];
                 m.b[2] = y->node->src[1] ? y->b[1] : (vk_bind){0};
                 m.cost_s += x->cost_s + y->cost_s;
+                /* one column whose output an integer-dot mat-vec reads next
+                 * as one dense row: the combine pass quantizes it too (the
+                 * scratch binding is the combine's, vk_encode_node) */
+                const tsl_tensor *o = z->node;
+                const int64_t total = tsl_nelements(o);
+                if (!be->no_qfuse && be->qscr && be->qscr->gen == d->gen && o->ne[1] == 1 && o->ne[0] % 32 == 0 &&
+                    tsl_is_contiguous(o) && d->k[VK_K_ATTN_COMBINE_Q_F32].runnable) {
+                    bool read = false;
+                    for (int j = k + 3; j < n && j < k + 67 && !read; j++)
+                        read = be->exec[j].pipe2 && vk_same_row(be->exec[j].node->src[1], o) &&
+                               be->exec[j].node->src[1]->ne[0] == total;
+                    VkPipeline qp = read ? vk_kernel_get(d, VK_K_ATTN_COMBINE_Q_F32, &fk) : VK_NULL_HANDLE;
+                    if (qp) {
+                        m.pipe2 = qp;
+                        m.qout = true;
+                    }
+                }
                 be->exec[w++] = m;
                 k += 2;
                 continue;
@@ -907,15 +932,29 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
         const vk_bind sb = vk_buf_bind(be->ascr);
         vk_exec xa = *x;
         xa.b[VK_BIND_DST] = sb;
+        xa.qout = false;
         uint32_t pcsize = vk_op_params(d, &xa, pc, grid);
         VkResult r = vk_encode_dispatch(be, sl, &xa, x->pipe, pc, pcsize, grid);
         if (r != VK_SUCCESS) return r;
         vk_exec xb = *x;
-        xb.kernel = VK_K_ATTN_COMBINE_F32;
+        xb.kernel = x->qout ? VK_K_ATTN_COMBINE_Q_F32 : VK_K_ATTN_COMBINE_F32;
         xb.b[0] = sb;
-        xb.b[1] = xb.b[2] = (vk_bind){0};
+        xb.b[1] = (vk_bind){0};
+        xb.b[2] = x->qout ? vk_qscr_bind(be) : (vk_bind){0};
         pcsize = vk_op_params(d, &xb, pc, grid);
-        return vk_encode_dispatch(be, sl, &xb, x->pipe2, pc, pcsize, grid);
+        r = vk_encode_dispatch(be, sl, &xb, x->pipe2, pc, pcsize, grid);
+        if (r == VK_SUCCESS && x->qout) {
+            /* the scratch holds the output quantized, as the one dense
+             * column [n, 1, 1, 1] its reader presents */
+            const int64_t total = tsl_nelements(x->node);
+            sl->q_valid = true;
+            sl->q_src = x->b[VK_BIND_DST];
+            for (int i = 0; i < TSL_MAX_DIMS; i++) {
+                sl->q_ne[i] = i == 0 ? total : 1;
+                sl->q_nb[i] = i == 0 ? sizeof(float) : (size_t)total * sizeof(float);
+            }
+        }
+        return r;
     }
     if (!x->pipe2) {
         uint32_t pcsize = vk_op_params(d, x, pc, grid);

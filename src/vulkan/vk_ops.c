@@ -473,7 +473,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     case VK_K_ATTN_DEC_F16:
     case VK_K_ATTN_DEC_F16_MASK_F32:
     case VK_K_ATTN_DEC_F16_MASK_F16:
-    case VK_K_ATTN_COMBINE_F32: {
+    case VK_K_ATTN_COMBINE_F32:
+    case VK_K_ATTN_COMBINE_Q_F32: {
         /* mul_mat(V, soft_max(mul_mat(K, q), mask)) fused (vk_backend.c):
          * n is the outer product, x->fused the inner. attn_dec: K and V
          * bound as one span at 0 (V's own binding kept in rb), q at 1, the
@@ -484,7 +485,7 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         const int64_t H = qt->ne[2], N = qt->ne[1];
         uint32_t nsplit, klen;
         vk_attn_split(H * N, kt->ne[1], &nsplit, &klen);
-        if (x->kernel == VK_K_ATTN_COMBINE_F32) {
+        if (x->kernel == VK_K_ATTN_COMBINE_F32 || x->kernel == VK_K_ATTN_COMBINE_Q_F32) {
             *p++ = vk_u32(vt->ne[1]);
             *p++ = vk_u32(H);
             *p++ = vk_u32(N);
@@ -492,6 +493,7 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
             *p++ = x->b[0].eoff;
             *p++ = x->b[3].eoff;
             for (int i = 0; i < 3; i++) *p++ = vk_u32((int64_t)(n->nb[i] / 4));
+            *p++ = x->qout ? x->b[2].eoff : 0u; /* the quantized column (attn_combine_q) */
             vk_grid(d, (uint64_t)(H * N), grid);
             break;
         }

@@ -135,6 +135,7 @@ set(TSL_VK_KERNELS
   "attn_dec_f16_mask_f32|attn_dec.comp|MASK_F32"
   "attn_dec_f16_mask_f16|attn_dec.comp|MASK_F16"
   "attn_combine_f32|attn_combine.comp|MASK_NONE"
+  "attn_combine_q_f32|attn_combine.comp|QOUT"
   "rope_f32|rope.comp|ROPE_F64"
   "rope_f32_fp32|rope.comp|ROPE_F32"
   "out_prod_f32_f32|out_prod.comp|A_F32"

@@ -765,8 +765,9 @@ static void test_fusion(void) {
 typedef struct attn_arg {
     int64_t hd, hdv, H, hk, N, n_kv, n_ctx;
     int mask;  /* 0 none, 1 F32, 2 F16, 3 F32 all -inf */
-    int inner; /* q made in the graph and the result read by another node: the graph's memory plan may put
-                  the result where q was */
+    int inner; /* 1: q made in the graph and the result read by another node: the graph's memory plan may
+                  put the result where q was; 2: the result, one column, projected by Q4_0 weights (an
+                  integer-dot mat-vec, whose column the combine pass may write quantized) */
 } attn_arg;
 
 /* mul_mat(V, soft_max(mul_mat(K, q), mask, 1/sqrt(hd))) over views of an F16
@@ -784,11 +785,16 @@ static void build_attn(tsl_context *ctx, vkt_case *c, const void *arg, bool ref)
                       a->N, 1, 1);
     tsl_tensor *k = tsl_view_3d(ctx, kc, a->hd, a->n_kv, a->hk, kc->nb[1], (size_t)a->hd * 2, 0);
     tsl_tensor *v = tsl_view_3d(ctx, vc, a->n_kv, a->hdv, a->hk, vc->nb[1], vc->nb[1] * (size_t)a->hdv, 0);
-    if (a->inner) q = tsl_scale(ctx, q, 0.5f);
+    if (a->inner == 1) q = tsl_scale(ctx, q, 0.5f);
     tsl_tensor *kq = tsl_mul_mat(ctx, k, tsl_permute(ctx, q, 0, 2, 1, 3));
     kq = tsl_soft_max(ctx, kq, m, 1.0f / sqrtf((float)a->hd));
     c->out = tsl_mul_mat(ctx, v, kq);
-    if (a->inner) c->out = tsl_scale(ctx, c->out, 2.0f);
+    if (a->inner == 1) c->out = tsl_scale(ctx, c->out, 2.0f);
+    if (a->inner == 2) {
+        tsl_tensor *wo = vkt_weight(ctx, c, TSL_TYPE_Q4_0, ref, a->hdv * a->H, 96, 1, 1);
+        tsl_tensor *cur = tsl_reshape_2d(ctx, tsl_permute(ctx, c->out, 0, 2, 1, 3), a->hdv * a->H, a->N);
+        c->out = vkt_mm(ctx, wo, TSL_TYPE_Q4_0, cur, ref);
+    }
 }
 
 /* The three nodes run as two dispatches (the key ranges' partials, then
@@ -877,6 +883,43 @@ static void test_attention(void) {
             free(r[1]);
             tsl_backend_free(fresh);
         }
+    }
+    /* the projected output: with integer dot products the combine pass
+     * writes the projection's quantized column (attention 2 dispatches, the
+     * projection 1, no quantizer), byte for byte the quantizer's: the same
+     * products, bit for bit, as a backend that leaves the quantizer apart */
+    {
+        static const attn_arg pa = {128, 128, 32, 8, 1, 300, 320, 1, 2};
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        /* against the CPU loosely: each side quantizes its own attention
+         * output to Q8_0, and outputs 2^-11 apart can round to quants one
+         * step apart (the byte-exact check is the one below) */
+        vkt_stat sp = {.name = "attention, projected"};
+        vkt_check(&sp, build_attn, &pa, 660, 3e-2, 3e-2, "projected");
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        const uint64_t want_p = 3; /* the quantizing combine and the mat-vec, or the F32 mat-vec */
+        CHECKF(s1.dispatches - s0.dispatches == want_p, "projected: %llu dispatches, want %llu",
+               (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want_p);
+        if (g_qdot) {
+            tsl_error err;
+            setenv("TSL_VULKAN_FUSE_QUANT", "0", 1);
+            tsl_backend *noq = tsl_backend_vulkan_new(-1, &err);
+            unsetenv("TSL_VULKAN_FUSE_QUANT");
+            CHECK(noq != NULL);
+            float *r[2] = {0};
+            int64_t nr[2] = {0};
+            CHECK(vkt_run(g_vk, build_attn, &pa, false, 661, &r[0], &nr[0], &err) == TSL_SUCCESS);
+            CHECK(!noq || vkt_run(noq, build_attn, &pa, false, 661, &r[1], &nr[1], &err) == TSL_SUCCESS);
+            CHECK(nr[0] == nr[1] && r[0] && r[1]);
+            if (r[0] && r[1] && nr[0] == nr[1])
+                CHECKF(memcmp(r[0], r[1], (size_t)nr[0] * sizeof(float)) == 0,
+                       "projected: the quantizing combine and the quantizer apart differ");
+            free(r[0]);
+            free(r[1]);
+            tsl_backend_free(noq);
+        }
+        vkt_print(&sp);
     }
     /* either kernel failing to build: the three nodes run apart */
     static const char *const broken[] = {"attn_dec_f16_mask_f32", "attn_combine_f32"};

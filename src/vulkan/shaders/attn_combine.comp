@@ -6,8 +6,17 @@
  * where range s left its running maximum m_s, its sum l_s of exp(score -
  * m_s) and its unnormalized output acc_s. Ranges whose keys were all masked
  * (m_s = -inf) add nothing; a column with no key left gets zeros.
+ *
+ * QOUT (attn_combine_q_f32): one column whose output is one dense row read
+ * next by an integer-dot mat-vec (the attention output's projection): the
+ * kernel also writes the row quantized to Q8_0 into the mat-vec's column
+ * scratch (binding 2, from word pc.oq), byte for byte what quant_q8.comp
+ * makes of it (q8.glsl); a workgroup's hdv values are whole blocks.
  */
 #include "common.glsl"
+#if defined(QOUT)
+#include "q8.glsl"
+#endif
 
 layout(local_size_x = 128) in;
 
@@ -15,10 +24,17 @@ layout(push_constant) uniform P {
     uint hdv, n_head, ncol, nsplit;
     uint os;                  /* the partials' first word */
     uint od, sd0, sd1, sd2;   /* out: (e, n, h) */
+    uint oq;                  /* QOUT: the quantized column's first word */
 } pc;
 
 layout(binding = 0) readonly buffer S { float sp[]; };
 layout(binding = 3) writeonly buffer D { float d[]; };
+#if defined(QOUT)
+layout(binding = 2) writeonly buffer Q { uint qd[]; };
+shared float qv[256];
+shared float qm[64];
+shared int qsum[64];
+#endif
 
 void main() {
     const uint hn = wg_linear();
@@ -42,5 +58,36 @@ void main() {
                 if (!isinf(ms)) acc += sp[base + s * R + 2u + e] * exp(ms - mx);
             }
         d[pc.od + e * pc.sd0 + n * pc.sd1 + h * pc.sd2] = acc * inv;
+#if defined(QOUT)
+        qv[e] = acc * inv;
+#endif
     }
+#if defined(QOUT)
+    /* head h's hdv values are blocks h hdv / 32 ..: eight invocations a
+     * block, four values each, as in quant_q8.comp */
+    barrier();
+    const uint lid = gl_LocalInvocationID.x, part = lid % 8u, nb = pc.n_head * pc.hdv / 32u;
+    const uint nblk = pc.hdv / 32u, blk = h * nblk + lid / 8u;
+    const bool live = lid < nblk * 8u;
+    vec4 x = vec4(0.0);
+    if (live) {
+        const uint k = (lid / 8u) * 32u + part * 4u;
+        x = vec4(qv[k], qv[k + 1u], qv[k + 2u], qv[k + 3u]);
+        qm[lid] = max(max(abs(x.x), abs(x.y)), max(abs(x.z), abs(x.w)));
+    }
+    barrier();
+    float dq = 0.0;
+    uint word = 0u;
+    if (live) {
+        float amax = 0.0;
+        [[unroll]] for (uint i = 0u; i < 8u; i++) amax = max(amax, qm[lid - part + i]);
+        float id;
+        q8_scale(amax, dq, id);
+        int sum;
+        word = q8_word(x, id, sum);
+        qsum[lid] = sum;
+    }
+    barrier();
+    if (live) Q8_STORE(qd, pc.oq, nb, blk, part, word, dq, qsum, lid)
+#endif
 }
