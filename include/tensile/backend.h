@@ -382,8 +382,9 @@ int tsl_sched_n_copies(const tsl_sched *s);
  *                            mul_mat(V, soft_max(mul_mat(K, q), mask))):
  *                            one dispatch per node
  *   TSL_VULKAN_FUSE_QUANT=0  the integer-dot mat-vec's column quantizer
- *                            always its own dispatch (by default a norm or a
- *                            swiglu that makes the column writes it too)
+ *                            always its own dispatch (by default a norm, a
+ *                            swiglu or decode attention's combine pass that
+ *                            makes the column writes it too)
  *   TSL_VULKAN_NO_INTEGER_DOT=1  leave VK_KHR_shader_integer_dot_product off:
  *                            Q8_0/Q4_0 mat-vec in F32 activations
  *   TSL_VULKAN_PIPELINE_STATS=1  log (at INFO) the driver's statistics of
