@@ -105,6 +105,7 @@
 #define VK_STAGING_MAX ((size_t)64 << 20)
 #ifndef VK_XFER_SLOTS
 #define VK_XFER_SLOTS 3 /* staging chunks in flight: one filled by the host while the others copy */
+#define VK_XFER_ASYNC_MAX ((size_t)256 << 10) /* uploads up to this size return before the copy is done */
 #endif
 #define VK_XFER_THREADS 4                  /* host threads moving a chunk into or out of staging */
 #define VK_XFER_PAR_MIN ((size_t)4 << 20)  /* below this one thread copies: waking others costs more */
@@ -1919,8 +1920,15 @@ static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host
         atomic_fetch_add_explicit(&be->st_transfers, 1, memory_order_relaxed);
         at += c;
     }
-    /* the rest, oldest first (the ring's order from next) */
-    for (int k = 0; k < VK_XFER_SLOTS; k++) {
+    /* the rest, oldest first (the ring's order from next). A small upload
+     * (a decode step's inputs) is not waited for: its bytes are in staging
+     * already, so the caller's memory is free, and everything that could
+     * see the destination comes after it on the queue (a compute's command
+     * buffers start with a barrier over earlier transfers; the next copy,
+     * a buffer's free and teardown wait for chunks still pending, and see
+     * any error the driver gives them). That saves a round trip per step. */
+    const bool async = write && host && st == TSL_SUCCESS && n <= VK_XFER_ASYNC_MAX;
+    for (int k = 0; k < VK_XFER_SLOTS && !async; k++) {
         vk_xslot *x = &be->xs[(next + k) % VK_XFER_SLOTS];
         if (!x->pending) continue;
         tsl_error e2;
