@@ -131,7 +131,11 @@ void tsl_buffer_set_persistent(tsl_buffer *buf, bool on);
 /* Copy bytes into / out of a tensor's data, whatever its buffer. offset and
  * size are in bytes within tsl_nbytes(t). Returns FAILED (err filled) when t
  * has no data or buffer, or the range is out of bounds, and DEVICE_LOST (the
- * original cause) while the buffer's device is lost; never aborts. */
+ * original cause) while the buffer's device is lost; never aborts. src may
+ * be reused as soon as tsl_tensor_set returns. On a GPU that copies through
+ * staging, a small set (up to 256 KiB) returns once its copy is submitted:
+ * every later compute, copy or free is ordered after it, and a device lost
+ * meanwhile is reported by the next of them. */
 tsl_status tsl_tensor_set(tsl_tensor *t, const void *src, size_t offset, size_t size, tsl_error *err);
 tsl_status tsl_tensor_get(const tsl_tensor *t, void *dst, size_t offset, size_t size, tsl_error *err);
 
