@@ -327,7 +327,8 @@ static void doc_print_text(const doc_backend *bs, int n, const char *vk_note, bo
         printf("    subgroup %u%s, 16-bit storage %s, float16 %s, int8 %s, cooperative matrix %s, device fault %s, "
                "NV checkpoints %s, robustness2 %s, integer dot %s\n",
                info.subgroup_size, info.subgroup_arithmetic ? " (arithmetic)" : "", info.storage_16bit ? "yes" : "no",
-               info.float16 ? "yes" : "no", info.int8 ? "yes" : "no", info.cooperative_matrix ? "yes" : "no",
+               info.float16 ? "yes" : "no", info.int8 ? "yes" : "no",
+               info.cooperative_matrix ? (info.cooperative_matrix2 ? "yes (and workgroup scope)" : "yes") : "no",
                info.device_fault ? "yes" : "no", info.nv_checkpoints ? "yes" : "no", info.robustness2 ? "yes" : "no",
                info.integer_dot ? (info.integer_dot_fast ? "yes" : "yes (emulated)") : "no");
     }

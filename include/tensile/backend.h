@@ -421,6 +421,7 @@ typedef struct tsl_vulkan_device_info {
     bool push_descriptors;     /* VK_KHR_push_descriptor */
     bool timeline_semaphore;
     bool cooperative_matrix;   /* VK_KHR_cooperative_matrix */
+    bool cooperative_matrix2;  /* VK_NV_cooperative_matrix2 with workgroup scope (F16 mul_mat kernels) */
     bool device_fault;         /* VK_EXT_device_fault */
     bool nv_checkpoints;       /* VK_NV_device_diagnostic_checkpoints */
     bool robustness2;          /* VK_EXT_robustness2 */

@@ -109,3 +109,66 @@ else()
   message(STATUS "Vulkan cooperative-matrix kernels: off (no glslangValidator with GL_KHR_cooperative_matrix; "
                  "tools/install-deps.sh installs one into .venv)")
 endif()
+
+# ---- workgroup-scope cooperative matrices (GL_NV_cooperative_matrix2) ----------
+# Newer still than glslang 13: src/vulkan/glslang/tsl_glslang.c drives the
+# glslang library that PyPI's slangpy wheel carries (tools/install-deps.sh
+# extracts it into .venv/lib/tensile/). The program is built here, at
+# configure time, and must compile a probe before the kernels are added;
+# without it they are not built, and vk_pipeline.c treats their missing
+# SPIR-V as kernels this build does not have.
+set(TSL_GLSLANG_CM2_LIB "" CACHE FILEPATH
+    "glslang shared library with GL_NV_cooperative_matrix2 (empty: .venv/lib/tensile/libslang-glslang.so)")
+set(tsl_cm2_lib "${TSL_GLSLANG_CM2_LIB}")
+if(NOT tsl_cm2_lib AND EXISTS ${CMAKE_SOURCE_DIR}/.venv/lib/tensile/libslang-glslang.so)
+  set(tsl_cm2_lib ${CMAKE_SOURCE_DIR}/.venv/lib/tensile/libslang-glslang.so)
+endif()
+set(TSL_VK_CM2_COMPILER "")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${TSL_VK_DIR}/glslang/tsl_glslang.c)
+if(tsl_cm2_lib)
+  set(tsl_tg ${tsl_probe_dir}/tsl_glslang)
+  execute_process(COMMAND ${CMAKE_C_COMPILER} -std=c11 -D_GNU_SOURCE -O2 ${TSL_VK_DIR}/glslang/tsl_glslang.c
+                          -o ${tsl_tg} -ldl
+                  RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE tg_err)
+  if(rc EQUAL 0)
+    file(WRITE ${tsl_probe_dir}/probe2.comp [=[
+#version 450
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_NV_cooperative_matrix2 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+layout(local_size_x = 128) in;
+layout(binding = 0) buffer B { float16_t x[]; };
+layout(binding = 1) buffer C { float y[]; };
+void main() {
+    tensorLayoutNV<2> t = createTensorLayoutNV(2);
+    t = setTensorLayoutDimensionNV(t, 64, 64);
+    coopmat<float16_t, gl_ScopeWorkgroup, 64, 16, gl_MatrixUseA> a;
+    coopmat<float16_t, gl_ScopeWorkgroup, 16, 64, gl_MatrixUseB> b;
+    coopMatLoadTensorNV(a, x, 0, sliceTensorLayoutNV(t, 0, 64, 0, 16));
+    coopMatLoadTensorNV(b, x, 0, sliceTensorLayoutNV(t, 0, 16, 0, 64));
+    coopmat<float, gl_ScopeWorkgroup, 64, 64, gl_MatrixUseAccumulator> c =
+        coopmat<float, gl_ScopeWorkgroup, 64, 64, gl_MatrixUseAccumulator>(0.0);
+    c = coopMatMulAdd(a, b, c);
+    coopMatStoreTensorNV(c, y, 0, sliceTensorLayoutNV(t, 0, 64, 0, 64));
+}
+]=])
+    file(REMOVE ${tsl_probe_dir}/probe2.spv)
+    execute_process(COMMAND ${tsl_tg} --lib ${tsl_cm2_lib} -S comp --target-env vulkan1.3
+                            ${tsl_probe_dir}/probe2.comp -o ${tsl_probe_dir}/probe2.spv
+                    RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+    if(rc EQUAL 0 AND EXISTS ${tsl_probe_dir}/probe2.spv)
+      set(TSL_VK_CM2_COMPILER "${tsl_tg};--lib;${tsl_cm2_lib}")
+    endif()
+  else()
+    message(STATUS "tsl_glslang did not build: ${tg_err}")
+  endif()
+endif()
+if(TSL_VK_CM2_COMPILER)
+  message(STATUS "Vulkan workgroup-scope cooperative-matrix kernels: on (${tsl_cm2_lib})")
+  # SPIR-V 1.6: chosen only on devices with Vulkan 1.3 and the extension
+  tsl_vk_add_kernel(mul_mat_cm2_f16_f16 mul_mat_cm2.comp "" "${TSL_VK_CM2_COMPILER}" vulkan1.3)
+else()
+  message(STATUS "Vulkan workgroup-scope cooperative-matrix kernels: off (no glslang library with "
+                 "GL_NV_cooperative_matrix2; tools/install-deps.sh extracts one into .venv/lib/tensile)")
+endif()

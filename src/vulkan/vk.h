@@ -172,6 +172,8 @@ enum {
     VK_CAP_VMM = 1u << 11,         /* VulkanMemoryModel */
     VK_CAP_DOT = 1u << 12,         /* DotProduct* (integer dot products) */
     VK_CAP_SUBGROUP_SHUFFLE = 1u << 13, /* GroupNonUniformShuffle */
+    VK_CAP_COOPMAT2 = 1u << 14, /* CooperativeMatrix*NV, TensorAddressingNV (VK_NV_cooperative_matrix2) */
+    VK_CAP_SPIRV_1_6 = 1u << 15, /* not a capability: the module is SPIR-V 1.6 (needs Vulkan 1.3) */
     VK_CAP_UNKNOWN = 1u << 31,
 };
 
@@ -256,6 +258,12 @@ typedef struct vk_features {
     bool robust_access; /* robustBufferAccess enabled (checked mode) */
     bool buffer_device_address; /* bufferDeviceAddress, enabled when present */
     bool vulkan_memory_model;   /* vulkanMemoryModel, enabled when present */
+    bool spirv_1_6;             /* the device takes SPIR-V 1.6 (Vulkan 1.3) */
+    /* VK_NV_cooperative_matrix2 enabled with workgroup scope, flexible
+     * dimensions and tensor addressing: the most invocations a
+     * workgroup-scope matrix may span */
+    bool coopmat2;
+    uint32_t coopmat2_max_wg;
     /* cooperative_matrix: the feature is enabled and these subgroup-scope
      * shapes were reported (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR) */
     vk_coopmat_shape coopmat[VK_MAX_COOPMAT_SHAPES];

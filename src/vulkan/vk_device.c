@@ -43,6 +43,7 @@ static struct {
     int inst_refs;
     bool validate;
     uint32_t layer_version; /* the validation layer's specVersion */
+    uint32_t api;           /* the instance's API version: 1.3 where the loader has it, else 1.2 */
     bool found; /* the instance has found a usable device: keep it */
     VkDebugUtilsMessengerEXT msgr;
     vk_device *devs[VK_MAX_DEVICES];
@@ -188,6 +189,12 @@ static VkResult vk_instance_get(void) {
         .engineVersion = VK_MAKE_API_VERSION(0, TSL_VERSION_MAJOR, TSL_VERSION_MINOR, TSL_VERSION_PATCH),
         .apiVersion = VK_API_VERSION_1_2,
     };
+    /* 1.3 where the loader has it (SPIR-V 1.6 kernels, on devices that
+     * have 1.3 too); the backend asks nothing else of 1.3 */
+    uint32_t loader = VK_API_VERSION_1_0;
+    if (vkEnumerateInstanceVersion(&loader) == VK_SUCCESS && loader >= VK_API_VERSION_1_3)
+        app.apiVersion = VK_API_VERSION_1_3;
+    vk_reg.api = app.apiVersion;
     VkDebugUtilsMessengerCreateInfoEXT mci = {
         .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
         .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT |
@@ -346,6 +353,38 @@ static void vk_query_coopmat(VkPhysicalDevice pd, vk_features *f) {
     if (f->n_coopmat == 0) f->cooperative_matrix = false;
 }
 
+/* VK_NV_cooperative_matrix2 postdates Debian 12's Vulkan headers (1.3.239). */
+#define VK_STYPE_CM2_FEATURES_NV ((VkStructureType)1000593000)
+#define VK_STYPE_CM2_PROPERTIES_NV ((VkStructureType)1000593002)
+typedef struct {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 workgroupScope, flexibleDimensions, reductions, conversions, perElementOperations, tensorAddressing,
+        blockLoads;
+} vk_cm2_features;
+typedef struct {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t workgroupScopeMaxWorkgroupSize, flexibleDimensionsMaxDimension, workgroupScopeReservedSharedMemory;
+} vk_cm2_properties;
+
+/* Workgroup-scope matrices with flexible dimensions and tensor addressing,
+ * what mul_mat_cm2.comp uses; f->coopmat2 stays false without them. */
+static void vk_query_coopmat2(VkPhysicalDevice pd, vk_features *f) {
+    vk_cm2_features q = {.sType = VK_STYPE_CM2_FEATURES_NV};
+    /* maintenance4: the kernels' workgroup size is a specialization
+     * constant, which SPIR-V 1.6 declares with LocalSizeId */
+    VkPhysicalDeviceVulkan13Features q13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES, .pNext = &q};
+    VkPhysicalDeviceFeatures2 qf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &q13};
+    vkGetPhysicalDeviceFeatures2(pd, &qf);
+    vk_cm2_properties p = {.sType = VK_STYPE_CM2_PROPERTIES_NV};
+    VkPhysicalDeviceProperties2 pp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &p};
+    vkGetPhysicalDeviceProperties2(pd, &pp);
+    f->coopmat2 = q.workgroupScope && q.flexibleDimensions && q.tensorAddressing && q.conversions &&
+                  q13.maintenance4 && p.workgroupScopeMaxWorkgroupSize > 0;
+    f->coopmat2_max_wg = f->coopmat2 ? p.workgroupScopeMaxWorkgroupSize : 0;
+}
+
 /* Everything the backend wants to know about pd, without creating a device. */
 static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *info, vk_features *f) {
     memset(info, 0, sizeof *info);
@@ -399,8 +438,11 @@ static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *inf
         f->int_dot = qd.shaderIntegerDotProduct;
         f->int_dot_fast = f->int_dot && pd4.integerDotProduct4x8BitPackedSignedAccelerated;
     }
+    const bool has_cm2 = vk_has_ext(exts, ne, "VK_NV_cooperative_matrix2");
     free(exts);
     if (f->cooperative_matrix) vk_query_coopmat(pd, f);
+    f->spirv_1_6 = p2.properties.apiVersion >= VK_API_VERSION_1_3 && vk_reg.api >= VK_API_VERSION_1_3;
+    if (has_cm2 && f->cooperative_matrix && f->spirv_1_6) vk_query_coopmat2(pd, f);
 
     const VkPhysicalDeviceProperties *p = &p2.properties;
     info->index = index;
@@ -428,6 +470,7 @@ static void vk_query(VkPhysicalDevice pd, int index, tsl_vulkan_device_info *inf
     info->push_descriptors = f->push_descriptors;
     info->timeline_semaphore = f->timeline_semaphore;
     info->cooperative_matrix = f->cooperative_matrix;
+    info->cooperative_matrix2 = f->coopmat2;
     info->device_fault = f->device_fault;
     info->nv_checkpoints = f->nv_checkpoints;
     info->robustness2 = f->robustness2;
@@ -697,7 +740,7 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
                                    .queueCount = 1,
                                    .pQueuePriorities = &prio};
 
-    const char *exts[8];
+    const char *exts[12];
     uint32_t n_exts = 0;
     if (d->f.push_descriptors && vk_env_on("TSL_VULKAN_NO_PUSH_DESCRIPTORS")) d->f.push_descriptors = false;
     if (d->f.push_descriptors) exts[n_exts++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
@@ -732,12 +775,14 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
         d->f.n_coopmat = 0;
         d->info.cooperative_matrix = false;
     }
+    if (!d->f.cooperative_matrix) d->f.coopmat2 = d->info.cooperative_matrix2 = false;
     if (d->f.cooperative_matrix) exts[n_exts++] = "VK_KHR_cooperative_matrix";
+    if (d->f.coopmat2) exts[n_exts++] = "VK_NV_cooperative_matrix2";
     if (d->f.int_dot && vk_env_on("TSL_VULKAN_NO_INTEGER_DOT")) d->f.int_dot = d->info.integer_dot = false;
     if (d->f.int_dot) exts[n_exts++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
     /* TSL_VULKAN_PIPELINE_STATS=1: the driver's statistics of each pipeline
      * it builds (registers, local memory, ...), logged; a tuning aid */
-    d->f.exec_stats = vk_env_on("TSL_VULKAN_PIPELINE_STATS") && n_exts < 8;
+    d->f.exec_stats = vk_env_on("TSL_VULKAN_PIPELINE_STATS") && n_exts < 12;
     if (d->f.exec_stats) {
         uint32_t nx = 0;
         VkExtensionProperties *xs = NULL;
@@ -785,6 +830,19 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
     if (d->f.int_dot) {
         *tail = &fdot;
         tail = &fdot.pNext;
+    }
+    vk_cm2_features fcm2 = {.sType = VK_STYPE_CM2_FEATURES_NV,
+                            .workgroupScope = VK_TRUE,
+                            .flexibleDimensions = VK_TRUE,
+                            .conversions = VK_TRUE,
+                            .tensorAddressing = VK_TRUE};
+    VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
+                                            .maintenance4 = VK_TRUE};
+    if (d->f.coopmat2) {
+        *tail = &fcm2;
+        tail = &fcm2.pNext;
+        *tail = &f13;
+        tail = &f13.pNext;
     }
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR fexe = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,

@@ -25,6 +25,13 @@
  *          shared buffer instead of two; compiled only where the GLSL compiler knows
  *          GL_KHR_cooperative_matrix, chosen only where the device has the
  *          shape
+ *   CM2    mul_mat_cm2.comp on workgroup-scope cooperative matrices
+ *          (VK_NV_cooperative_matrix2: the driver loads and stages the
+ *          tiles): {W, BM, BN, BK}; F16 weights and activations;
+ *          whole tiles only; compiled only where tsl_glslang finds a glslang
+ *          that knows GL_NV_cooperative_matrix2 (SPIR-V 1.6), runnable only
+ *          on devices with the extension; not yet chosen by default (see
+ *          vk_ops_mm.c), forced with TSL_VK_MM_VARIANT
  *   CMEMU  the same kernel with the matrix operations emulated: runs
  *          anywhere, chosen only when forced (tests of the tiling)
  *   VECQ   mul_mat_vecq.comp, Q8_0 / Q4_0 weights times one column with
@@ -51,7 +58,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
+enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK_MM_CM2 };
 
 /* One mat-vec variant: weight type t ("tn" in names, e its esize), F32
  * activations; spec {W, S, R, Q, U}, 0 for the shader's default (U: 4 for
@@ -171,6 +178,20 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
 #define VK_MM_C(Y, X, id, name, blob, fam, t, bt, w, wgm, wgn, tm, tn_, bk) \
     Y(X, id, name, 2, VK_MM_ES_##bt, blob, fam, t, bt, w, wgm, wgn, tm, tn_, bk)
 
+/* workgroup-scope cooperative matrices: {W, BM, BN, BK} */
+#define VK_MM_C2(Y, X, id, name, blob, t, bt, w, bm, bn, bk) \
+    Y(X, id, name, 2, VK_MM_ES_##bt, blob, CM2, t, bt, w, bm, bn, bk, 0, 0)
+#define VK_MM_CM2_SET(Y, X, ID, bt, btn)                                                                                \
+    VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID, "mul_mat_cm2_f16_" btn, "mul_mat_cm2_f16_" btn, F16, bt, 256, 128, 256, 32) \
+    VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_128X128W128, "mul_mat_cm2_f16_" btn "_128x128w128",                         \
+             "mul_mat_cm2_f16_" btn, F16, bt, 128, 128, 128, 32)                                                    \
+    VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_256X128, "mul_mat_cm2_f16_" btn "_256x128", "mul_mat_cm2_f16_" btn, F16,    \
+             bt, 256, 256, 128, 32)                                                                                 \
+    VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_128X128K64, "mul_mat_cm2_f16_" btn "_128x128k64", "mul_mat_cm2_f16_" btn,   \
+             F16, bt, 256, 128, 128, 64)                                                                            \
+    VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_128X64W128, "mul_mat_cm2_f16_" btn "_128x64w128", "mul_mat_cm2_f16_" btn,   \
+             F16, bt, 128, 128, 64, 64)
+
 #define VK_MM_LIST(Y, X)                                                                                         \
     VK_MM_T(Y, X, MUL_MAT_F32, "mul_mat_f32_f32", 4, 4, F32, F32)                                                \
     VK_MM_T(Y, X, MUL_MAT_F16, "mul_mat_f16_f32", 2, 4, F16, F32)                                                \
@@ -265,7 +286,8 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ };
     VK_MM_C(Y, X, MUL_MAT_CMEMU_Q4_0, "mul_mat_cmemu_q4_0_f32", "mul_mat_cmemu_q4_0_f32", CMEMU, Q4_0, F32, 128,   \
             2, 2, 2, 2, 32)                                                                                      \
     VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_F16, "mul_mat_cmemu_f16_f16", "mul_mat_cmemu_f16_f16", CMEMU, F16, F16, 128,   \
-            2, 2, 2, 2, 32)
+            2, 2, 2, 2, 32)                                                                                      \
+    VK_MM_CM2_SET(Y, X, _F16, F16, "f16")
 
 #define VK_MM_AS_KERNEL(X, id, name, e0, e1, blob, fam, t, bt, s0, s1, s2, s3, s4, s5) X(id, name, e0, e1, 0, 4)
 #define VK_KERNELS_MM(X) VK_MM_LIST(VK_MM_AS_KERNEL, X)

@@ -60,7 +60,7 @@ bool vk_mm_kernel(int kernel) { return vk_mm_info_of(kernel) != NULL; }
 
 bool vk_mm_optional(int id) {
     const vk_mm_info *v = vk_mm_info_of(id);
-    return v && v->family == VK_MM_CM;
+    return v && (v->family == VK_MM_CM || v->family == VK_MM_CM2);
 }
 
 /* ---- what a variant needs of the device and the node ------------------------- */
@@ -103,6 +103,7 @@ static uint32_t vk_mm_shared(const vk_mm_info *v) {
         uint32_t bm = s[1] * s[3] * 16u, bn = s[2] * s[4] * 16u, sk = (s[5] & 255u) / 8u + 1u;
         return 16u * (2u - (s[5] >> 8)) * (bm + bn) * sk + 4u * s[1] * s[2] * 256u;
     }
+    case VK_MM_CM2: return 0u; /* the driver stages (in memory it reserves) */
     default: return 2u * 32u * 65u * 4u; /* mul_mat.comp's two staged tiles */
     }
 }
@@ -119,6 +120,11 @@ static bool vk_mm_has_f16_shape(const vk_device *d) {
 
 /* Tile sizes of a cooperative-matrix variant. */
 static void vk_mm_cm_tile(const vk_mm_info *v, uint32_t *bm, uint32_t *bn) {
+    if (v->family == VK_MM_CM2) {
+        *bm = v->spec[1];
+        *bn = v->spec[2];
+        return;
+    }
     *bm = v->spec[1] * v->spec[3] * 16u;
     *bn = v->spec[2] * v->spec[4] * 16u;
 }
@@ -160,6 +166,21 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
         const uint32_t t = w / s;
         if (t % lpb != 0 || r > t) return false;
         return ((kb >> 16) || a->ne[0] / 32 <= (int64_t)kb) && vk_mm_qscr_bytes(n) <= VK_QSCR_SLOT;
+    }
+    case VK_MM_CM2: {
+        /* tiles in whole 32x32 pieces (the granularity NVIDIA reports for
+         * 256 invocations; finer for fewer), K steps of 16 */
+        const uint32_t bm = v->spec[1], bn = v->spec[2], bk = v->spec[3];
+        if (!d->f.coopmat2 || w > d->f.coopmat2_max_wg || d->f.subgroup_size != 32 || w % 32u != 0) return false;
+        if (bm == 0 || bn == 0 || bm % 32u != 0 || bn % 32u != 0 || bk == 0 || bk % 16u != 0) return false;
+        /* whole tiles only, K-contiguous operands with 16-byte strides
+         * (mul_mat_cm2.comp has no edge path) */
+        const int64_t K = a->ne[0];
+        if (M % bm != 0 || N % bn != 0 || K % (4 * (int64_t)bk) != 0 || b->nb[0] != 2) return false;
+        for (int i = 1; i < TSL_MAX_DIMS; i++)
+            if (a->nb[i] % 16 != 0 || b->nb[i] % 16 != 0 || n->nb[i] % 16 != 0) return false;
+        return (uint64_t)(M + bm - 1) / bm <= lim->maxComputeWorkGroupCount[0] &&
+               (uint64_t)(N + bn - 1) / bn <= lim->maxComputeWorkGroupCount[1];
     }
     case VK_MM_CM:
         if (!d->f.cooperative_matrix || !vk_mm_has_f16_shape(d) || d->f.subgroup_size != 32) return false;
@@ -244,6 +265,12 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
     } else if (N <= VK_MM_NC && vk_mm_applies(d, vecn, n)) {
         cand[k++] = vecn;
     } else if (t == TSL_TYPE_F16 || ((t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0) && N >= VK_MM_CM_MIN_N_QUANT)) {
+        /* (the workgroup-scope kernels, mul_mat_cm2_*, are not chosen
+         * here: bound through push descriptors, as this backend binds
+         * everything where the device has them, they ran 4096^3 F16 at 57
+         * TFLOP/s on the H200 against 227 through ordinary descriptor sets
+         * and 222 for the tile below; bench/RESULTS.md, runs 35-42. Forced
+         * with TSL_VK_MM_VARIANT they run and are tested.) */
         /* the first tile in order of preference the device can run: 64x64
          * for few columns, else 256x128 with 16 warps and one staging buffer
          * (47 KiB of shared memory, 512 invocations), then 128x128 tiles
@@ -353,7 +380,9 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     }
     /* activations: the kernels read 4 at a time (8 F16 ones when staging
      * them for the matrix units) */
-    uint32_t bunit = es[1] == 2 && v && (v->family == VK_MM_CM || v->family == VK_MM_CMEMU) ? 8u : 4u;
+    uint32_t bunit = es[1] == 2 && v && (v->family == VK_MM_CM || v->family == VK_MM_CMEMU || v->family == VK_MM_CM2)
+                         ? 8u
+                         : 4u;
     if (b->nb[0] == es[1] && vk_mm_aligned(&x->b[1], b, es[1], 1, bunit)) flags |= VK_MM_B_WIDE;
     if (vk_mm_aligned(&x->b[3], n, 4, 1, 4)) flags |= VK_MM_D_WIDE;
     const bool staged = v && vk_mm_staged(v);
@@ -386,7 +415,8 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         break;
     }
     case VK_MM_CM:
-    case VK_MM_CMEMU: {
+    case VK_MM_CMEMU:
+    case VK_MM_CM2: {
         uint32_t bm, bn;
         vk_mm_cm_tile(v, &bm, &bn);
         grid[0] = (uint32_t)(((uint64_t)M + bm - 1) / bm);

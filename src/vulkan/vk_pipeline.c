@@ -78,6 +78,9 @@ static uint32_t spv_cap_bit(uint32_t cap) {
     case 5347: return VK_CAP_BDA;                       /* PhysicalStorageBufferAddresses */
     case 6022: return VK_CAP_COOPMAT;                   /* CooperativeMatrixKHR */
     case 6016: case 6017: case 6018: case 6019: return VK_CAP_DOT; /* DotProduct* */
+    /* CooperativeMatrix{Reductions,Conversions,PerElementOperations,
+     * TensorAddressing,BlockLoads}NV, TensorAddressingNV */
+    case 5430: case 5431: case 5432: case 5433: case 5434: case 5439: return VK_CAP_COOPMAT2;
     default: return VK_CAP_UNKNOWN;
     }
 }
@@ -90,6 +93,7 @@ static bool spv_scan(const uint32_t *w, size_t bytes, uint32_t *caps, char *name
     if (names && n) names[0] = 0;
     size_t nw = bytes / 4;
     if (!w || nw < 5 || w[0] != SPV_MAGIC) return false;
+    if (w[1] >= 0x00010600u) *caps |= VK_CAP_SPIRV_1_6;
     for (size_t i = 5; i < nw;) {
         uint32_t op = w[i] & 0xffffu, wc = w[i] >> 16;
         if (wc == 0 || i + wc > nw) return false;
@@ -154,6 +158,8 @@ static uint32_t vk_device_caps(const vk_device *d) {
     if (d->f.cooperative_matrix && d->f.n_coopmat > 0) c |= VK_CAP_COOPMAT;
     if (d->f.vulkan_memory_model) c |= VK_CAP_VMM;
     if (d->f.int_dot) c |= VK_CAP_DOT;
+    if (d->f.coopmat2) c |= VK_CAP_COOPMAT2;
+    if (d->f.spirv_1_6) c |= VK_CAP_SPIRV_1_6;
     return c;
 }
 

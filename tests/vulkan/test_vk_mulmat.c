@@ -91,6 +91,7 @@ static const char *family_name(int f) {
     case VK_MM_VECQ: return "mat-vec (int dot)";
     case VK_MM_VECN: return "small-N";
     case VK_MM_CM: return "coopmat";
+    case VK_MM_CM2: return "coopmat (workgroup)";
     default: return "coopmat (emulated)";
     }
 }
@@ -307,6 +308,11 @@ static int make_cases(int f, tsl_type t, tsl_type bt, mmc *cs) {
         case VK_MM_VEC: c.N = 1; break;
         case VK_MM_VECN: c.N = i == 5 ? 8 : rnd(1, 8); break;
         case VK_MM_TILED: c.N = i == 0 ? 1 : i == 5 ? 3 : rnd(9, 70); break;
+        case VK_MM_CM2: /* whole tiles of every variant (BM, BN up to 256, 4 * BK up to 256) */
+            c.M = 256 * rnd(1, 2), c.N = 256 * rnd(1, 2), c.K = 256 * rnd(1, i == 3 ? 8 : 3);
+            /* K-contiguous operands with 16-byte strides (a view one row in) */
+            c.al = i == 1 || i == 4 ? 1 : 0, c.bl = 0;
+            break;
         default: /* cooperative matrices */
             c.N = i == 3 ? rnd(9, 20) : rnd(9, 200);
             if (i == 5) c.K = 1024, c.M = 200, c.N = 130;
@@ -348,6 +354,13 @@ static uint32_t vec_shared(const mmk *k) {
 static const char *cm_unavailable(const mmk *k) {
     if (k->family == VK_MM_CMEMU) return NULL;
     size_t sz = 0;
+    if (k->family == VK_MM_CM2) {
+        if (!vk_test_kernel_spirv(k->name, &sz))
+            return "this build has no workgroup-scope SPIR-V (no glslang with GL_NV_cooperative_matrix2)";
+        if (!g_info.cooperative_matrix2) return "the device has no workgroup-scope cooperative matrices";
+        if (g_info.subgroup_size != 32) return "the kernel needs 32-wide subgroups";
+        return NULL;
+    }
     if (!vk_test_kernel_spirv(k->name, &sz)) return "this build has no cooperative-matrix SPIR-V (no GLSL compiler with GL_KHR_cooperative_matrix)";
     if (!g_info.cooperative_matrix) return "the device has no cooperative matrices";
     if (g_info.subgroup_size != 32) return "the kernel needs 32-wide subgroups";
@@ -365,7 +378,7 @@ static void run_family(int fam) {
     for (int i = 0; i < N_KERNELS; i++) {
         const mmk *k = &g_kernels[i];
         if (k->family != fam) continue;
-        if (fam == VK_MM_CM) {
+        if (fam == VK_MM_CM || fam == VK_MM_CM2) {
             const char *no = cm_unavailable(k);
             if (no) {
                 printf("  %-38s not available on this device: %s\n", k->name, no);
@@ -382,7 +395,7 @@ static void run_family(int fam) {
         }
         mmc cs[10];
         int nc = make_cases(fam, k->type, k->btype, cs);
-        double tol = (fam == VK_MM_CM || fam == VK_MM_CMEMU) ? (k->type == TSL_TYPE_F16 ? 6e-4 : 1.1e-3) : 3e-5;
+        double tol = (fam == VK_MM_CM || fam == VK_MM_CMEMU || fam == VK_MM_CM2) ? (k->type == TSL_TYPE_F16 ? 6e-4 : 1.1e-3) : 3e-5;
         mm_result r = {0, 0};
         int fails = 0;
         for (int j = 0; j < nc; j++) {
@@ -407,6 +420,7 @@ static void test_vecq(void) { run_family(VK_MM_VECQ); }
 static void test_small_n(void) { run_family(VK_MM_VECN); }
 static void test_coopmat(void) { run_family(VK_MM_CM); }
 static void test_coopmat_emulated(void) { run_family(VK_MM_CMEMU); }
+static void test_coopmat_workgroup(void) { run_family(VK_MM_CM2); }
 
 /* The decode sizes on the backend's own choice of kernel. */
 static void test_large(void) {
@@ -931,10 +945,11 @@ static void bench_matmul(bench_opts *o, tsl_type t, int64_t M, int64_t N, int64_
     double best = 0;
     for (int pass = -1; pass < N_KERNELS; pass++) {
         const mmk *k = pass < 0 ? NULL : &g_kernels[pass];
-        if (k && (k->type != t || k->btype != TSL_TYPE_F32 || (k->family != VK_MM_CM && k->family != VK_MM_TILED)))
+        if (k && (k->type != t || k->btype != TSL_TYPE_F32 ||
+                  (k->family != VK_MM_CM && k->family != VK_MM_CM2 && k->family != VK_MM_TILED)))
             continue;
         if (k && bench_skip(o, k->name, label)) continue;
-        if (k && k->family == VK_MM_CM && cm_unavailable(k)) {
+        if (k && (k->family == VK_MM_CM || k->family == VK_MM_CM2) && cm_unavailable(k)) {
             printf("matmul   %-5s %-26s %-40s not available: %s\n", tn, label, k->name, cm_unavailable(k));
             continue;
         }
@@ -947,7 +962,7 @@ static void bench_matmul(bench_opts *o, tsl_type t, int64_t M, int64_t N, int64_
             continue;
         }
         double tf = 2.0 * (double)M * (double)N * (double)K / s / 1e12;
-        if (tf > best && (!k || k->family == VK_MM_CM)) best = tf;
+        if (tf > best && (!k || k->family == VK_MM_CM || k->family == VK_MM_CM2)) best = tf;
         printf("matmul   %-5s %-26s %-40s %8.2f TFLOP/s %10.1f us\n", tn, label, k ? k->name : "(default choice)",
                tf, s * 1e6);
         fflush(stdout);
@@ -1052,8 +1067,9 @@ int main(int argc, char **argv) {
     if (do_bench) {
         rc = bench(argc, argv);
     } else {
-        printf("device: %s (%s), subgroup %u, cooperative matrices %s, %d mul_mat kernels\n", g_info.name,
-               g_info.type, g_info.subgroup_size, g_info.cooperative_matrix ? "yes" : "no", N_KERNELS);
+        printf("device: %s (%s), subgroup %u, cooperative matrices %s%s, %d mul_mat kernels\n", g_info.name,
+               g_info.type, g_info.subgroup_size, g_info.cooperative_matrix ? "yes" : "no",
+               g_info.cooperative_matrix2 ? " (and workgroup scope)" : "", N_KERNELS);
         seed_from_env();
         RUN(test_tiled);
         RUN(test_vec);
@@ -1064,6 +1080,7 @@ int main(int argc, char **argv) {
         RUN(test_small_n);
         RUN(test_coopmat);
         RUN(test_coopmat_emulated);
+        RUN(test_coopmat_workgroup);
         RUN(test_large);
         RUN(test_forcing);
         RUN(test_validation);
