@@ -21,6 +21,11 @@
  *           allocator's buffer, the first
  *           allocation inside a compute
  *   abort   between every two compute nodes  -> ABORTED naming the next node
+ *   copylost the completion of a copy: small -> DEVICE_LOST naming the copy
+ *           uploads left in flight, found by    (op "copy" and its tensor),
+ *           the next compute, read or set;      latched until recover
+ *           a read, found by its own call       (GPU only: the CPU waits for
+ *                                              no copy, and has no row)
  *
  * Each row checks: the fault fired exactly once; the status; that the
  * record names the injected node, tensor or kernel; that the next compute
@@ -370,12 +375,12 @@ static void drill_row(drill *d, const char *rule, const char *why, bool leaked, 
     }
     char line[700];
     drill_line(e, line, sizeof line);
-    if (d->note[0]) fprintf(d->detail, "  %-6s %-44s %s\n", tsl_fault_class_name(d->cls), rule, d->note);
+    if (d->note[0]) fprintf(d->detail, "  %-8s %-44s %s\n", tsl_fault_class_name(d->cls), rule, d->note);
     d->note[0] = 0;
     if (ok)
-        fprintf(d->detail, "  %-6s %-44s ok: %s\n", tsl_fault_class_name(d->cls), rule, line);
+        fprintf(d->detail, "  %-8s %-44s ok: %s\n", tsl_fault_class_name(d->cls), rule, line);
     else
-        fprintf(d->detail, "  %-6s %-44s %s: %s%s%s\n    record: %s\n", tsl_fault_class_name(d->cls), rule,
+        fprintf(d->detail, "  %-8s %-44s %s: %s%s%s\n    record: %s\n", tsl_fault_class_name(d->cls), rule,
                 why[0] ? "WRONG" : "LEAKED", why, why[0] && leaked ? "; " : "", leaked ? "buffers leaked" : "",
                 line);
 }
@@ -431,7 +436,7 @@ static bool drill_is_compute(const tsl_tensor *t) { return !tsl_op_is_view(t->op
  * fire and the compute succeeded (a GPU asks the abort callback between
  * command buffers only, not between every two nodes). Not counted. */
 static void drill_skip(drill *d, const char *rule, const char *why) {
-    if (d->o.verbose) fprintf(d->detail, "  %-6s %-44s skipped: %s\n", tsl_fault_class_name(d->cls), rule, why);
+    if (d->o.verbose) fprintf(d->detail, "  %-8s %-44s skipped: %s\n", tsl_fault_class_name(d->cls), rule, why);
     d->n_skipped++;
     drill_send(d, (drill_msg){.kind = 0, .n = -1});
 }
@@ -505,6 +510,104 @@ static void drill_retry(drill *d) {
 static void drill_lost(drill *d) {
     drill_plan(d, 1);
     drill_direct_row(d, "lost@times=1", TSL_DEVICE_LOST, -1, NULL, false);
+}
+
+/* How a copy's completion is reached in a copylost row. */
+enum { DC_BY_COMPUTE, DC_BY_READ, DC_BY_SET, DC_OWN_READ };
+
+/* One copylost row: a small upload of t (its own bytes again), left in
+ * flight by tsl_tensor_set, whose completion is then waited for by the
+ * next compute, read (of the output) or set (of other); or (DC_OWN_READ)
+ * a read of t, waited for by its own call. The call that waits must
+ * return DEVICE_LOST with a record naming the copy (op "copy", the tensor,
+ * no node), latched with that cause; after recover the next compute gives
+ * the reference. */
+static void drill_copy_row(drill *d, int how, tsl_tensor *t, tsl_tensor *other) {
+    static const char *const HOW[] = {"the next compute", "the next read", "the next set", "its own read"};
+    char why[512] = "", rule[160];
+    snprintf(rule, sizeof rule, "copylost@times=1 (%s %s)", t->name, HOW[how]);
+    int live0 = drill_live_all(d);
+    uint64_t fired0 = tsl_backend_injected(d->be, TSL_FAULT_COPYLOST);
+    tsl_error e;
+    tsl_error_clear(&e);
+    size_t nb = tsl_nbytes(t), nb2 = other ? tsl_nbytes(other) : 0;
+    void *host = malloc(nb), *host2 = malloc(nb2 ? nb2 : 1);
+    tsl_status st = TSL_FAILED;
+    if (!host || !host2) {
+        drill_why(why, sizeof why, "out of memory");
+    } else if (tsl_tensor_get(t, host, 0, nb, &e) != TSL_SUCCESS ||
+               (other && tsl_tensor_get(other, host2, 0, nb2, &e) != TSL_SUCCESS)) {
+        drill_why(why, sizeof why, "could not read the tensors before the fault: %s", e.message);
+    } else if (tsl_backend_inject(d->be, "copylost@times=1", &e) != TSL_SUCCESS) {
+        drill_why(why, sizeof why, "the rule was refused: %s", e.message);
+    } else {
+        if (how != DC_OWN_READ) {
+            /* the rule is in place: a set that waited for its copy would fire it */
+            if (tsl_tensor_set(t, host, 0, nb, &e) != TSL_SUCCESS)
+                drill_why(why, sizeof why, "the upload itself failed: %s", e.message);
+            else if (tsl_backend_injected(d->be, TSL_FAULT_COPYLOST) != fired0)
+                drill_why(why, sizeof why, "the upload waited for its copy (it should be left in flight)");
+        }
+        tsl_error_clear(&e);
+        if (how == DC_BY_COMPUTE) {
+            st = drill_direct(d, &e);
+        } else if (how == DC_BY_SET) {
+            st = tsl_tensor_set(other, host2, 0, nb2, &e);
+        } else {
+            size_t no = tsl_nbytes(d->g1.out);
+            void *o = malloc(no);
+            st = o ? tsl_tensor_get(how == DC_OWN_READ ? t : d->g1.out, how == DC_OWN_READ ? host : o, 0,
+                                    how == DC_OWN_READ ? nb : no, &e)
+                   : TSL_ALLOC_FAILED;
+            free(o);
+        }
+        uint64_t fired = tsl_backend_injected(d->be, TSL_FAULT_COPYLOST) - fired0;
+        tsl_backend_inject_clear(d->be);
+        if (fired != 1) drill_why(why, sizeof why, "the fault fired %llu times, not once", (unsigned long long)fired);
+        if (st != TSL_DEVICE_LOST)
+            drill_why(why, sizeof why, "status %s, expected DEVICE_LOST", tsl_status_str(st));
+        if (strcmp(e.op, "copy") != 0 || strcmp(e.tensor, t->name) != 0 || e.node != -1)
+            drill_why(why, sizeof why, "the record names '%s' '%s' node %d, not the copy of '%s'", e.op, e.tensor,
+                      e.node, t->name);
+        if (!e.backend[0]) drill_why(why, sizeof why, "the record names no backend");
+        if (st == TSL_DEVICE_LOST) {
+            tsl_error e2;
+            tsl_error_clear(&e2);
+            if (!tsl_backend_is_lost(d->be)) drill_why(why, sizeof why, "the loss did not latch");
+            tsl_status s2 = tsl_backend_graph_compute(d->be, d->g1.g, &e2);
+            if (s2 != TSL_DEVICE_LOST)
+                drill_why(why, sizeof why, "the compute after the loss returned %s", tsl_status_str(s2));
+            else if (strcmp(e2.message, e.message) != 0)
+                drill_why(why, sizeof why, "the compute after the loss does not carry the original cause");
+            s2 = tsl_backend_recover(d->be, &e2);
+            if (s2 != TSL_SUCCESS) drill_why(why, sizeof why, "recover returned %s: %s", tsl_status_str(s2), e2.message);
+        }
+        if (tsl_backend_is_lost(d->be)) drill_why(why, sizeof why, "the backend is still lost");
+        drill_check_next(d, why, sizeof why);
+    }
+    tsl_backend_inject_clear(d->be);
+    free(host);
+    free(host2);
+    drill_row(d, rule, why, drill_live_all(d) != live0, &e);
+}
+
+/* copylost: a device lost where a copy's completion is waited for. Only a
+ * backend that copies through staging waits for copies (drill_class_run
+ * forces that path on a device whose memory the host maps); the CPU
+ * copies with memcpy and has no such point (drill_class_applies). Each
+ * input and the output projection's weight uploaded and found by the next
+ * compute; one upload found by the next read, one by the next set; and a
+ * read of the output, found by its own call. */
+static void drill_copylost(drill *d) {
+    drill_model *m = &d->m;
+    tsl_tensor *up[] = {m->tokens, m->pos, m->mask, m->output};
+    int n = (int)(sizeof up / sizeof up[0]);
+    drill_plan(d, drill_count_picks(d, n) + 3);
+    for (int k = 0; k < n; k++)
+        if (drill_pick(d, k, n)) drill_copy_row(d, DC_BY_COMPUTE, up[k], NULL);
+    drill_copy_row(d, DC_BY_READ, m->mask, NULL);
+    drill_copy_row(d, DC_BY_SET, m->pos, m->tokens);
+    drill_copy_row(d, DC_OWN_READ, d->g1.out, NULL);
 }
 
 static void drill_abort(drill *d) {
@@ -1068,7 +1171,15 @@ fail:;
 static void (*const DRILL_CLASS_FN[TSL_FAULT_CLASS_COUNT])(drill *) = {
     [TSL_FAULT_RETRY] = drill_retry, [TSL_FAULT_LOST] = drill_lost,   [TSL_FAULT_NOBUF] = drill_nobuf,
     [TSL_FAULT_KERNEL] = drill_kernel, [TSL_FAULT_ALLOC] = drill_alloc, [TSL_FAULT_ABORT] = drill_abort,
+    [TSL_FAULT_COPYLOST] = drill_copylost,
 };
+
+/* Does the class have injection points on this kind of backend? The CPU
+ * waits for no copy (its copies are memcpy): copylost rules never fire
+ * there, and its drill has no copylost row. */
+static bool drill_class_applies(const char *kind, tsl_fault_class cls) {
+    return cls != TSL_FAULT_COPYLOST || strcmp(kind, "cpu") != 0;
+}
 
 /* Run one class here. Returns false if the setup failed. */
 static bool drill_class_run(const drill_opts *o, const char *kind, tsl_fault_class cls, int fd, drill_counts *out) {
@@ -1079,6 +1190,10 @@ static bool drill_class_run(const drill_opts *o, const char *kind, tsl_fault_cla
     d.cls = cls;
     d.fd = fd;
     d.detail = o->json ? stderr : stdout;
+    /* copies wait for their completion only through staging: force it where
+     * the host maps device memory (lavapipe, an integrated GPU), as a
+     * discrete GPU copies anyway; this process runs the one class */
+    if (cls == TSL_FAULT_COPYLOST) setenv("TSL_VULKAN_STAGING", "1", 1);
     if (!drill_setup(&d)) return false;
     DRILL_CLASS_FN[cls](&d);
     if (d.c.injected == 0) {
@@ -1135,7 +1250,7 @@ static void drill_child_main(const drill_opts *o, const char *kind, const char *
     for (int c = 0; c < TSL_FAULT_CLASS_COUNT; c++)
         if (!strcmp(cls_name, tsl_fault_class_name((tsl_fault_class)c))) cls = c;
     bool ok = false;
-    if (cls < 0 || !drill_kind_built(kind) || fd < 0)
+    if (cls < 0 || !drill_kind_built(kind) || fd < 0 || !drill_class_applies(kind, (tsl_fault_class)cls))
         fprintf(stderr, "tensile drill: bad child arguments (%s %s, fd %d)\n", kind, cls_name, fd);
     else {
         drill_counts c;
@@ -1358,10 +1473,11 @@ int cmd_drill(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     drill_counts total = {0};
-    if (!o.json) printf("%-8s %-7s %9s %8s %8s %6s %7s\n", "backend", "class", "injected", "handled", "crashed",
+    if (!o.json) printf("%-8s %-8s %9s %8s %8s %6s %7s\n", "backend", "class", "injected", "handled", "crashed",
                         "wrong", "leaked");
     for (int b = 0; b < n_kinds; b++) {
         for (int c = 0; c < TSL_FAULT_CLASS_COUNT; c++) {
+            if (!drill_class_applies(kinds[b], (tsl_fault_class)c)) continue;
             drill_counts r;
             drill_class_spawn(&o, kinds[b], (tsl_fault_class)c, &r);
             total.injected += r.injected;
@@ -1377,7 +1493,7 @@ int cmd_drill(int argc, char **argv) {
                 printf(",\"injected\":%d,\"handled\":%d,\"crashed\":%d,\"wrong\":%d,\"leaked\":%d}\n", r.injected,
                        r.handled, r.crashed, r.wrong, r.leaked);
             } else {
-                printf("%-8s %-7s %9d %8d %8d %6d %7d\n", kinds[b], tsl_fault_class_name((tsl_fault_class)c),
+                printf("%-8s %-8s %9d %8d %8d %6d %7d\n", kinds[b], tsl_fault_class_name((tsl_fault_class)c),
                        r.injected, r.handled, r.crashed, r.wrong, r.leaked);
             }
             fflush(stdout);

@@ -135,7 +135,9 @@ void tsl_buffer_set_persistent(tsl_buffer *buf, bool on);
  * be reused as soon as tsl_tensor_set returns. On a GPU that copies through
  * staging, a small set (up to 256 KiB) returns once its copy is submitted:
  * every later compute, copy or free is ordered after it, and a device lost
- * meanwhile is reported by the next of them. */
+ * meanwhile is reported by the next compute or copy, with a record naming
+ * the copy (op "copy", the tensor it was for, node -1; injected with
+ * "copylost"). */
 tsl_status tsl_tensor_set(tsl_tensor *t, const void *src, size_t offset, size_t size, tsl_error *err);
 tsl_status tsl_tensor_get(const tsl_tensor *t, void *dst, size_t offset, size_t size, tsl_error *err);
 
@@ -192,6 +194,7 @@ typedef enum tsl_fault_class {
     TSL_FAULT_KERNEL,    /* a kernel fails to build */
     TSL_FAULT_ALLOC,     /* an allocation fails */
     TSL_FAULT_ABORT,     /* the abort callback says stop */
+    TSL_FAULT_COPYLOST,  /* the device is lost, found where a copy's completion is waited for */
     TSL_FAULT_CLASS_COUNT
 } tsl_fault_class;
 const char *tsl_fault_class_name(tsl_fault_class c); /* "retry", "lost", ... */
@@ -200,16 +203,24 @@ const char *tsl_fault_class_name(tsl_fault_class c); /* "retry", "lost", ... */
  * the environment variable TSL_FAULT when a backend is created):
  *   spec  := rule (';' rule)*
  *   rule  := class ['@' cond (',' cond)*]        class: retry lost nobuf kernel alloc abort
+ *                                                       copylost
  *   cond  := key op value                        op: '=' '>' '<' '%' (every Nth)
  *   keys  := compute (1-based count of computes on this backend), node, tensor
- *            (name), op (op name), name (kernel name), bytes (allocation size),
- *            times (fire at most this many times; the rule stays otherwise)
+ *            (name), op (op name), name (kernel name), bytes (allocation size;
+ *            for copylost the copied chunk's), copy (1-based count of copy
+ *            completions the backend waited for), times (fire at most this
+ *            many times; the rule stays otherwise)
  * e.g. "retry@compute=3;lost@compute=5;nobuf@tensor=blk.0.attn_q.weight;
- *       kernel@name=mul_mat_f16_f32;alloc@bytes>1e9;nobuf@compute%7".
+ *       kernel@name=mul_mat_f16_f32;alloc@bytes>1e9;nobuf@compute%7;
+ *       copylost@copy=2".
  * A fault fires at the boundary where the real one would appear (the driver's
  * answer, the buffer lookup, the kernel build, the allocation) and takes the
- * same handling path. Returns FAILED with err naming the bad part (nothing
- * added) on a syntax error. */
+ * same handling path. "lost" fires where a compute's completion is waited
+ * for; "copylost" where a copy's is (on a GPU that copies through staging:
+ * the copy's own call, or, for a small tsl_tensor_set left in flight, the
+ * next compute or copy, which waits for it), never on the CPU, whose
+ * copies wait for nothing; both latch DEVICE_LOST. Returns FAILED with err
+ * naming the bad part (nothing added) on a syntax error. */
 tsl_status tsl_backend_inject(tsl_backend *be, const char *spec, tsl_error *err);
 /* Remove every injection rule of the backend. */
 void tsl_backend_inject_clear(tsl_backend *be);

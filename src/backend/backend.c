@@ -388,9 +388,9 @@ static tsl_status backend_tensor_io(const tsl_tensor *t, void *host, size_t offs
     tsl_status s = backend_dev_check(be->dev, err);
     if (s != TSL_SUCCESS) return s;
     if (write && be->vt->buffer_set) {
-        s = be->vt->buffer_set(be, buf->handle, boff + offset, host, size, err);
+        s = be->vt->buffer_set(be, buf->handle, boff + offset, host, size, t, err);
     } else if (!write && be->vt->buffer_get) {
-        s = be->vt->buffer_get(be, buf->handle, boff + offset, host, size, err);
+        s = be->vt->buffer_get(be, buf->handle, boff + offset, host, size, t, err);
     } else if (!be->vt->buffer_is_host) {
         return error_set(err, TSL_FAILED, bn, dev, -1, t, NULL, "%s: backend %s cannot copy tensor '%s'", what, bn,
                          tensor_label(t));

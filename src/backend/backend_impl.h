@@ -41,10 +41,13 @@ typedef struct tsl_backend_vtable {
     void (*buffer_free)(tsl_backend *be, void *handle);
     size_t (*buffer_alignment)(const tsl_backend *be);
     bool buffer_is_host;
+    /* Copies in and out. t is the tensor the copy is for (tsl_tensor_set/
+     * get), NULL for recovery's own copies: for the error record only; it
+     * need not outlive the call (a copy still in flight keeps its name). */
     tsl_status (*buffer_set)(tsl_backend *be, void *handle, size_t offset, const void *src, size_t n,
-                             tsl_error *err);
+                             const tsl_tensor *t, tsl_error *err);
     tsl_status (*buffer_get)(tsl_backend *be, void *handle, size_t offset, void *dst, size_t n,
-                             tsl_error *err);
+                             const tsl_tensor *t, tsl_error *err);
     /* Recovery: give the buffer fresh memory of the same size behind the
      * same base address (tensors hold base + offset and are never walked),
      * its contents zero. The backend may keep the handle or replace *handle.

@@ -158,7 +158,7 @@ static void *recover_take_copy(tsl_buffer *buf) {
     tsl_error e;
     tsl_status s = TSL_SUCCESS;
     if (be->vt->buffer_get)
-        s = be->vt->buffer_get(be, buf->handle, 0, copy, buf->size, &e);
+        s = be->vt->buffer_get(be, buf->handle, 0, copy, buf->size, NULL, &e);
     else if (be->vt->buffer_is_host)
         memcpy(copy, buf->base, buf->size);
     else
@@ -247,7 +247,7 @@ static tsl_status recover_recreate(tsl_buffer *buf, tsl_error *err) {
     tsl_status s = TSL_SUCCESS;
     for (size_t off = 0; off < buf->size && s == TSL_SUCCESS; off += CHUNK) {
         size_t n = buf->size - off < CHUNK ? buf->size - off : CHUNK;
-        s = be->vt->buffer_set(be, buf->handle, off, zero, n, err);
+        s = be->vt->buffer_set(be, buf->handle, off, zero, n, NULL, err);
     }
     free(zero);
     return s;
@@ -263,7 +263,7 @@ static tsl_status recover_buffer(tsl_buffer *buf, int *n_restored, int *n_zeroed
     bool restore = buf->persistent && src;
     if (restore && n) {
         if (be->vt->buffer_set)
-            s = be->vt->buffer_set(be, buf->handle, 0, src, n, err);
+            s = be->vt->buffer_set(be, buf->handle, 0, src, n, NULL, err);
         else
             memcpy(buf->base, src, n);
         if (s != TSL_SUCCESS) return s;

@@ -609,13 +609,13 @@ static tsl_status cpu_buffer_recreate(tsl_backend *b, void **handle, size_t size
 static size_t cpu_buffer_alignment(const tsl_backend *b) { return CPU_ALIGN; }
 
 static tsl_status cpu_buffer_set(tsl_backend *b, void *handle, size_t offset, const void *src, size_t n,
-                                 tsl_error *err) {
+                                 const tsl_tensor *t, tsl_error *err) {
     memcpy((char *)handle + offset, src, n);
     return TSL_SUCCESS;
 }
 
 static tsl_status cpu_buffer_get(tsl_backend *b, void *handle, size_t offset, void *dst, size_t n,
-                                 tsl_error *err) {
+                                 const tsl_tensor *t, tsl_error *err) {
     memcpy(dst, (const char *)handle + offset, n);
     return TSL_SUCCESS;
 }

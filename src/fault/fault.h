@@ -77,6 +77,9 @@ typedef struct fault_site {
     const tsl_tensor *tensor;
     const char *kernel;
     size_t bytes;
+    uint64_t copy;           /* 1-based count of copy completions on this backend, 0 if none */
+    const char *tensor_name; /* the tensor's name where only that is kept (a copy in
+                                flight outlives its caller's tensor), else NULL */
 } fault_site;
 
 typedef struct fault_plan fault_plan;

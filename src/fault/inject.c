@@ -22,7 +22,7 @@
 
 #include "fault/fault.h"
 
-enum { KEY_COMPUTE, KEY_NODE, KEY_TENSOR, KEY_OP, KEY_NAME, KEY_BYTES, KEY_TIMES };
+enum { KEY_COMPUTE, KEY_NODE, KEY_TENSOR, KEY_OP, KEY_NAME, KEY_BYTES, KEY_TIMES, KEY_COPY };
 enum { MAX_CONDS = 8, MAX_STR = TSL_MAX_NAME };
 
 typedef struct {
@@ -49,8 +49,9 @@ struct fault_plan {
     _Atomic uint64_t fired[TSL_FAULT_CLASS_COUNT];
 };
 
-static const char *CLASS_NAMES[TSL_FAULT_CLASS_COUNT] = {"retry", "lost", "nobuf", "kernel", "alloc", "abort"};
-static const char *KEY_NAMES[] = {"compute", "node", "tensor", "op", "name", "bytes", "times"};
+static const char *CLASS_NAMES[TSL_FAULT_CLASS_COUNT] = {"retry", "lost",  "nobuf",   "kernel",
+                                                         "alloc", "abort", "copylost"};
+static const char *KEY_NAMES[] = {"compute", "node", "tensor", "op", "name", "bytes", "times", "copy"};
 
 const char *tsl_fault_class_name(tsl_fault_class c) {
     return (unsigned)c < TSL_FAULT_CLASS_COUNT ? CLASS_NAMES[c] : "?";
@@ -108,7 +109,7 @@ static tsl_status parse_cond(const char *spec, const char *s, const char *e, con
     for (int k = 0; k < (int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]); k++)
         if (strlen(KEY_NAMES[k]) == klen && strncasecmp(KEY_NAMES[k], s, klen) == 0) key = k;
     if (key < 0)
-        return parse_fail(err, spec, "unknown key (compute node tensor op name bytes times)", s, (size_t)(e - s));
+        return parse_fail(err, spec, "unknown key (compute node tensor op name bytes times copy)", s, (size_t)(e - s));
     char op = *o;
     if (op != '=' && op != '>' && op != '<' && op != '%')
         return parse_fail(err, spec, "unknown operator (= > < %)", o, (size_t)(e - o));
@@ -164,7 +165,7 @@ static tsl_status parse_rule(const char *spec, const char *s, const char *e, rul
         if (strlen(CLASS_NAMES[i]) == (size_t)(ce - cs) && strncasecmp(CLASS_NAMES[i], cs, (size_t)(ce - cs)) == 0)
             cls = i;
     if (cls < 0)
-        return parse_fail(err, spec, "unknown fault class (retry lost nobuf kernel alloc abort)", s,
+        return parse_fail(err, spec, "unknown fault class (retry lost nobuf kernel alloc abort copylost)", s,
                           (size_t)(e - s));
     r->cls = (tsl_fault_class)cls;
     if (!at) return TSL_SUCCESS;
@@ -256,7 +257,8 @@ static bool match(const rule *r, const fault_site *s) {
         case KEY_COMPUTE: ok = s->compute > 0 && match_num(c, (double)s->compute); break;
         case KEY_NODE: ok = s->node >= 0 && match_num(c, (double)s->node); break;
         case KEY_BYTES: ok = s->bytes > 0 && match_num(c, (double)s->bytes); break;
-        case KEY_TENSOR: ok = s->tensor && match_str(c, s->tensor->name); break;
+        case KEY_COPY: ok = s->copy > 0 && match_num(c, (double)s->copy); break;
+        case KEY_TENSOR: ok = match_str(c, s->tensor ? s->tensor->name : s->tensor_name); break;
         case KEY_OP: ok = s->tensor && match_str(c, tsl_op_name(s->tensor->op)); break;
         case KEY_NAME: ok = match_str(c, s->kernel); break;
         }

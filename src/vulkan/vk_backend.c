@@ -77,8 +77,20 @@
  * failed for this backend, as a real build failure is for the device);
  * "alloc" at buffer allocation (the bytes are the request); "retry" at each
  * queue submission (as VK_ERROR_OUT_OF_DEVICE_MEMORY, which the table makes
- * RETRY); "lost" at each fence (as VK_ERROR_DEVICE_LOST); "abort" where the
- * callback is asked.
+ * RETRY); "lost" at each compute's fence (as VK_ERROR_DEVICE_LOST);
+ * "copylost" at each staging chunk's fence, where a copy's completion is
+ * waited for (as VK_ERROR_DEVICE_LOST there; "copy=N" counts these waits);
+ * "abort" where the callback is asked.
+ *
+ * Where a copy's completion is learned. A copy waited for at once (a read,
+ * an upload over VK_XFER_ASYNC_MAX) reports to its own call. A small upload
+ * left in flight reports to whichever comes next: the next copy (which
+ * waits for chunks in flight before reusing staging) or the next compute
+ * (whose command buffers ran after the copy, on what it wrote: its
+ * synchronize waits for the copy once its own fences have signaled, so a
+ * real loss found by those still names the node). The record names the
+ * copy: op "copy", the tensor it was for, no node. A buffer's free and
+ * teardown wait for it too but report nothing (they return nothing).
  */
 #include <errno.h>
 #include <limits.h>
@@ -123,7 +135,13 @@ typedef struct vk_xslot {
     VkFence fence;
     bool pending;   /* submitted, not yet seen signaled */
     size_t at, n;   /* the chunk: bytes [at, at + n) of the copy */
+    size_t total;   /* the copy's bytes */
     size_t soff;    /* its part of the staging buffer */
+    bool write;     /* into the device */
+    bool deferred;  /* a small upload whose tsl_tensor_set returned at submit */
+    char tensor[TSL_MAX_NAME]; /* the tensor the copy is for ("" if none): a
+                                  deferred copy's error record names it after
+                                  its caller's tensor may be gone */
 } vk_xslot;
 
 /* One command of a slot's tape: what vk_encode_slot records into the
@@ -223,6 +241,7 @@ struct vk_backend {
      * own command buffer and fence (vk_transfer) */
     pthread_mutex_t xlock;
     vk_xslot xs[VK_XFER_SLOTS];
+    uint64_t n_copies; /* chunk completions waited for: "copy" of the copylost site */
     VkBuffer stage;
     VkDeviceMemory stage_mem;
     void *stage_map;
@@ -1334,6 +1353,8 @@ static void vk_print_profile(const vk_backend *be) {
     }
 }
 
+static tsl_status vk_xfer_reap(vk_backend *be, tsl_error *err);
+
 /* Finish the compute in flight: wait for what was submitted, collect data
  * errors from the status words, and give its status. */
 static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
@@ -1350,6 +1371,20 @@ static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
             rec = wrec;
         }
         if (ws == TSL_DEVICE_LOST) break; /* nothing more to wait for on a lost device */
+    }
+    /* Copies left in flight before this compute (a small upload) ran before
+     * its command buffers, which read what they wrote: their completion is
+     * learned here, and a loss found there is this compute's to report.
+     * After the compute's own fences, so that a loss found by those keeps
+     * the node the checkpoints name (a lost device fails every wait). */
+    if (st != TSL_DEVICE_LOST && be->n_submitted > 0) {
+        tsl_error xrec;
+        tsl_error_clear(&xrec);
+        tsl_status xs = vk_xfer_reap(be, &xrec);
+        if (xs == TSL_DEVICE_LOST || (xs != TSL_SUCCESS && st == TSL_SUCCESS)) {
+            st = xs;
+            rec = xrec;
+        }
     }
     if (st == TSL_SUCCESS && be->qpool && be->n_submitted == be->n_used) {
         vk_read_gpu_time(be);
@@ -1681,7 +1716,7 @@ static void vk_buffer_free(tsl_backend *b, void *handle) {
 }
 
 static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host, size_t n, bool write,
-                              tsl_error *err);
+                              const char *tname, tsl_error *err);
 
 /* Recovery: new memory on the new device, behind the same address, zeroed
  * (whatever is in it afterwards was really restored). */
@@ -1708,7 +1743,7 @@ static tsl_status vk_buffer_recreate(tsl_backend *b, void **handle, size_t size,
         memset((char *)nb->blk->map + nb->off, 0, (size_t)nb->size);
         return TSL_SUCCESS;
     }
-    return vk_transfer(be, nb, 0, NULL, (size_t)nb->size, true, err);
+    return vk_transfer(be, nb, 0, NULL, (size_t)nb->size, true, NULL, err);
 }
 
 static size_t vk_buffer_alignment(const tsl_backend *b) { return VK_ALIGN; }
@@ -1787,16 +1822,39 @@ static void vk_par_memcpy(vk_backend *be, void *dst, const void *src, size_t n) 
     pthread_mutex_unlock(&be->xplock);
 }
 
+/* A copy's failure in err names the copy: op "copy", and the tensor it
+ * was for where one is known. */
+static void vk_copy_record(tsl_error *err, const char *tensor) {
+    if (!err) return;
+    snprintf(err->op, sizeof err->op, "copy");
+    snprintf(err->tensor, sizeof err->tensor, "%s", tensor ? tensor : "");
+}
+
 /* Wait (bounded) for staging chunk x; a read's bytes then go to the host.
- * A chunk that makes no progress within the watchdog is a hung GPU. */
+ * A chunk that makes no progress within the watchdog is a hung GPU. This
+ * is where a copy's completion is learned, for copies waited for at once
+ * and for those left in flight (a small upload, a copy that failed midway)
+ * alike; an injected "copylost" fires here and is taken as the driver's
+ * VK_ERROR_DEVICE_LOST (the fence is left as it is, as at a compute's).
+ * A loss latches whether or not the caller wants the record. xlock held. */
 static tsl_status vk_xfer_wait(vk_backend *be, vk_xslot *x, void *host, bool write, tsl_error *err) {
     vk_device *d = be->dev;
+    tsl_error own;
+    if (!err) err = &own;
     uint64_t t0 = vk_now_ns(), bound = (uint64_t)((vk_watchdog_base(be) + (double)x->n / 1e9) * 1e9);
     if (be->watchdog_ms > 0) bound = (uint64_t)be->watchdog_ms * 1000000ull;
-    VkResult r;
-    do {
-        r = vkWaitForFences(d->dev, 1, &x->fence, VK_TRUE, VK_WATCHDOG_SLICE_NS);
-    } while (r == VK_TIMEOUT && vk_now_ns() - t0 < bound);
+    fault_site site = {.compute = atomic_load_explicit(&be->base.n_computes, memory_order_relaxed),
+                       .node = -1,
+                       .bytes = x->n,
+                       .copy = ++be->n_copies,
+                       .tensor_name = x->tensor};
+    const bool injected = fault_plan_fire(be->base.faults, TSL_FAULT_COPYLOST, &site);
+    VkResult r = VK_ERROR_DEVICE_LOST; /* as the driver would answer, when injected */
+    if (!injected) {
+        do {
+            r = vkWaitForFences(d->dev, 1, &x->fence, VK_TRUE, VK_WATCHDOG_SLICE_NS);
+        } while (r == VK_TIMEOUT && vk_now_ns() - t0 < bound);
+    }
     if (r == VK_TIMEOUT) {
         error_set(err, TSL_DEVICE_LOST, be->name, be->device, -1, NULL, NULL,
                   "GPU hang: a copy of %zu bytes made no progress in %.1f s", x->n, (double)bound / 1e9);
@@ -1805,14 +1863,25 @@ static tsl_status vk_xfer_wait(vk_backend *be, vk_xslot *x, void *host, bool wri
             err->driver_code = VK_TIMEOUT;
             snprintf(err->driver_text, sizeof err->driver_text, "VK_TIMEOUT");
         }
+        vk_copy_record(err, x->tensor);
         atomic_store(&d->hung, 1);
-        if (err) vk_device_set_lost(d, err);
-        return TSL_DEVICE_LOST;
+        return vk_device_set_lost(d, err);
     }
     if (r != VK_SUCCESS) {
-        tsl_status st = vk_error(err, r, TSL_PHASE_SUBMIT, be->name, be->device, -1, NULL, NULL,
-                                 write ? "copying into a device buffer" : "copying out of a device buffer");
-        if (st == TSL_DEVICE_LOST && err) vk_device_set_lost(d, err);
+        char what[160], span[64];
+        if (x->n < x->total)
+            snprintf(span, sizeof span, "bytes %zu..%zu of %zu", x->at, x->at + x->n, x->total);
+        else
+            snprintf(span, sizeof span, "%zu bytes", x->n);
+        snprintf(what, sizeof what, "copying %s %s the device%s", span, x->write ? "into" : "out of",
+                 x->deferred ? " (left in flight when tsl_tensor_set returned)" : "");
+        tsl_status st = vk_error(err, r, TSL_PHASE_SUBMIT, be->name, be->device, -1, NULL, NULL, what);
+        vk_copy_record(err, x->tensor);
+        if (injected) {
+            size_t len = strlen(err->driver_text);
+            snprintf(err->driver_text + len, sizeof err->driver_text - len, " (injected fault at copy completion)");
+        }
+        if (st == TSL_DEVICE_LOST) vk_device_set_lost(d, err);
         return st;
     }
     x->pending = false;
@@ -1820,10 +1889,26 @@ static tsl_status vk_xfer_wait(vk_backend *be, vk_xslot *x, void *host, bool wri
     return TSL_SUCCESS;
 }
 
-/* Record and submit one chunk: bytes [at, at + c) of the copy, through
- * staging slot x (or a fill with zeros when host is NULL). */
-static VkResult vk_xfer_submit(vk_backend *be, vk_xslot *x, vk_buf *vb, size_t off, size_t at, size_t c, bool write,
-                               bool fill) {
+/* Wait for every chunk still in flight (a small upload's); the first
+ * failure goes to err. For a compute ordered after them. */
+static tsl_status vk_xfer_reap(vk_backend *be, tsl_error *err) {
+    pthread_mutex_lock(&be->xlock);
+    tsl_status st = TSL_SUCCESS;
+    for (int i = 0; i < VK_XFER_SLOTS && st != TSL_DEVICE_LOST; i++)
+        if (be->xs[i].pending) {
+            tsl_error e2;
+            tsl_status s2 = vk_xfer_wait(be, &be->xs[i], NULL, true, st == TSL_SUCCESS ? err : &e2);
+            if (st == TSL_SUCCESS) st = s2;
+        }
+    pthread_mutex_unlock(&be->xlock);
+    return st;
+}
+
+/* Record and submit one chunk: bytes [at, at + c) of the copy for tensor
+ * tname (NULL: none), through staging slot x (or a fill with zeros when
+ * host is NULL). */
+static VkResult vk_xfer_submit(vk_backend *be, vk_xslot *x, vk_buf *vb, size_t off, size_t at, size_t c,
+                               size_t total, bool write, bool fill, const char *tname) {
     vk_device *d = be->dev;
     VkResult r = vkResetFences(d->dev, 1, &x->fence);
     if (r == VK_SUCCESS) r = vkResetCommandPool(d->dev, x->pool, 0);
@@ -1858,6 +1943,10 @@ static VkResult vk_xfer_submit(vk_backend *be, vk_xslot *x, vk_buf *vb, size_t o
         x->pending = true;
         x->at = at;
         x->n = c;
+        x->total = total;
+        x->write = write;
+        x->deferred = false;
+        snprintf(x->tensor, sizeof x->tensor, "%s", tname ? tname : "");
     }
     return r;
 }
@@ -1887,9 +1976,10 @@ static tsl_status vk_stage_ensure(vk_backend *be, size_t n, tsl_error *err) {
  * VK_XFER_SLOTS parts of the staging buffer, so the host fills (or empties)
  * one part while the device copies the others, and a GiB-sized upload runs
  * at the slower of memcpy and the bus rather than at their sum. Every wait
- * is bounded by the watchdog; the call returns once every chunk is done. */
+ * is bounded by the watchdog; the call returns once every chunk is done,
+ * except a small upload's (below). tname: the tensor copied, for records. */
 static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host, size_t n, bool write,
-                              tsl_error *err) {
+                              const char *tname, tsl_error *err) {
     pthread_mutex_lock(&be->xlock);
     uint64_t t0 = vk_now_ns();
     tsl_status st = TSL_SUCCESS;
@@ -1910,11 +2000,14 @@ static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host
         size_t c = n - at < chunk ? n - at : chunk;
         x->soff = (size_t)next * chunk;
         if (write && !fill) vk_par_memcpy(be, (char *)be->stage_map + x->soff, (const char *)host + at, c);
-        VkResult r = vk_xfer_submit(be, x, vb, off, at, c, write, fill);
+        VkResult r = vk_xfer_submit(be, x, vb, off, at, c, n, write, fill, tname);
         if (r != VK_SUCCESS) {
-            st = vk_error(err, r, TSL_PHASE_SUBMIT, be->name, be->device, -1, NULL, NULL,
-                          write ? "copying into a device buffer" : "copying out of a device buffer");
-            if (st == TSL_DEVICE_LOST && err) vk_device_set_lost(be->dev, err);
+            tsl_error own;
+            tsl_error *rec = err ? err : &own; /* a loss latches even without a record asked for */
+            st = vk_error(rec, r, TSL_PHASE_SUBMIT, be->name, be->device, -1, NULL, NULL,
+                          write ? "submitting a copy into the device" : "submitting a copy out of the device");
+            vk_copy_record(rec, tname);
+            if (st == TSL_DEVICE_LOST) vk_device_set_lost(be->dev, rec);
             break;
         }
         atomic_fetch_add_explicit(&be->st_transfers, 1, memory_order_relaxed);
@@ -1924,10 +2017,13 @@ static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host
      * (a decode step's inputs) is not waited for: its bytes are in staging
      * already, so the caller's memory is free, and everything that could
      * see the destination comes after it on the queue (a compute's command
-     * buffers start with a barrier over earlier transfers; the next copy,
-     * a buffer's free and teardown wait for chunks still pending, and see
-     * any error the driver gives them). That saves a round trip per step. */
+     * buffers start with a barrier over earlier transfers, and its
+     * synchronize waits for the chunks still pending once its own work is
+     * done; the next copy waits for them first; both report any error the
+     * driver gives there; a buffer's free and teardown wait for them too).
+     * That saves a round trip per step. */
     const bool async = write && host && st == TSL_SUCCESS && n <= VK_XFER_ASYNC_MAX;
+    for (int k = 0; k < VK_XFER_SLOTS && async; k++) be->xs[k].deferred = be->xs[k].pending;
     for (int k = 0; k < VK_XFER_SLOTS && !async; k++) {
         vk_xslot *x = &be->xs[(next + k) % VK_XFER_SLOTS];
         if (!x->pending) continue;
@@ -1945,7 +2041,7 @@ static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host
 }
 
 static tsl_status vk_buffer_io(tsl_backend *b, void *handle, size_t offset, void *host, size_t n, bool write,
-                               tsl_error *err) {
+                               const tsl_tensor *t, tsl_error *err) {
     vk_backend *be = (vk_backend *)b;
     vk_buf *vb = handle;
     /* (no latch check: the common layer refuses copies on a lost device
@@ -1975,15 +2071,17 @@ static tsl_status vk_buffer_io(tsl_backend *b, void *handle, size_t offset, void
         }
         return TSL_SUCCESS;
     }
-    return vk_transfer(be, vb, offset, host, n, write, err);
+    return vk_transfer(be, vb, offset, host, n, write, t ? t->name : NULL, err);
 }
 
-static tsl_status vk_buffer_set(tsl_backend *b, void *handle, size_t offset, const void *src, size_t n, tsl_error *err) {
-    return vk_buffer_io(b, handle, offset, (void *)(uintptr_t)src, n, true, err);
+static tsl_status vk_buffer_set(tsl_backend *b, void *handle, size_t offset, const void *src, size_t n,
+                                const tsl_tensor *t, tsl_error *err) {
+    return vk_buffer_io(b, handle, offset, (void *)(uintptr_t)src, n, true, t, err);
 }
 
-static tsl_status vk_buffer_get(tsl_backend *b, void *handle, size_t offset, void *dst, size_t n, tsl_error *err) {
-    return vk_buffer_io(b, handle, offset, dst, n, false, err);
+static tsl_status vk_buffer_get(tsl_backend *b, void *handle, size_t offset, void *dst, size_t n,
+                                const tsl_tensor *t, tsl_error *err) {
+    return vk_buffer_io(b, handle, offset, dst, n, false, t, err);
 }
 
 /* ---- the rest of the vtable ------------------------------------------------------- */

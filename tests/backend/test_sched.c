@@ -70,14 +70,14 @@ static void dev_buffer_free(tsl_backend *b, void *handle) {
 static size_t dev_buffer_alignment(const tsl_backend *b) { return 64; }
 
 static tsl_status dev_buffer_set(tsl_backend *b, void *handle, size_t offset, const void *src, size_t n,
-                                 tsl_error *err) {
+                                 const tsl_tensor *t, tsl_error *err) {
     dev_block *blk = handle;
     memcpy(blk->mem + offset, src, n);
     return TSL_SUCCESS;
 }
 
 static tsl_status dev_buffer_get(tsl_backend *b, void *handle, size_t offset, void *dst, size_t n,
-                                 tsl_error *err) {
+                                 const tsl_tensor *t, tsl_error *err) {
     dev_block *blk = handle;
     memcpy(dst, blk->mem + offset, n);
     return TSL_SUCCESS;

@@ -92,6 +92,49 @@ static void test_every_nth_and_times(void) {
     fault_plan_free(p);
 }
 
+/* copylost: its own class, so "lost" rules keep firing only where they
+ * did (a compute's fence) and copy completions only match "copylost"; the
+ * "copy" key counts copy completions, and a copy in flight is matched by
+ * the tensor name it kept. */
+static void test_copylost(void) {
+    fault_plan *p = fault_plan_new();
+    tsl_error e;
+    CHECK(strcmp(tsl_fault_class_name(TSL_FAULT_COPYLOST), "copylost") == 0);
+    CHECK(fault_plan_add(p, "lost@compute=2;copylost@copy=3", &e) == TSL_SUCCESS);
+    int fired = 0;
+    for (uint64_t c = 1; c <= 5; c++) {
+        fault_site s = {.compute = 2, .node = -1, .bytes = 64, .copy = c, .tensor_name = "x"};
+        bool f = fault_plan_fire(p, TSL_FAULT_COPYLOST, &s);
+        CHECKF(f == (c == 3), "copy %llu", (unsigned long long)c);
+        fired += f;
+    }
+    CHECK(fired == 1);
+    CHECK(fault_plan_fired(p, TSL_FAULT_LOST) == 0 && fault_plan_fired(p, TSL_FAULT_COPYLOST) == 1);
+    /* the lost rule fires at its compute's fence as before */
+    fault_site s = site(2, 4, NULL, NULL, 0);
+    CHECK(fault_plan_fire(p, TSL_FAULT_LOST, &s));
+    CHECK(!fault_plan_fire(p, TSL_FAULT_COPYLOST, &s));
+    /* a compute's fence (copy 0) never matches a copy condition */
+    fault_plan_clear(p);
+    CHECK(fault_plan_add(p, "lost@copy>0;copylost@copy>0", &e) == TSL_SUCCESS);
+    s = site(7, 3, NULL, NULL, 0);
+    CHECK(!fault_plan_fire(p, TSL_FAULT_LOST, &s));
+    CHECK(!fault_plan_fire(p, TSL_FAULT_COPYLOST, &s));
+    /* tensor names: of a tensor, or kept by a copy in flight */
+    fault_plan_clear(p);
+    CHECK(fault_plan_add(p, "copylost@tensor=inp_*,bytes<1024", &e) == TSL_SUCCESS);
+    s = (fault_site){.node = -1, .bytes = 32, .copy = 1, .tensor_name = "inp_tokens"};
+    CHECK(fault_plan_fire(p, TSL_FAULT_COPYLOST, &s));
+    s.bytes = 4096;
+    CHECK(!fault_plan_fire(p, TSL_FAULT_COPYLOST, &s));
+    s.bytes = 32;
+    s.tensor_name = "kq_mask";
+    CHECK(!fault_plan_fire(p, TSL_FAULT_COPYLOST, &s));
+    s.tensor_name = NULL; /* recovery's own copies name no tensor */
+    CHECK(!fault_plan_fire(p, TSL_FAULT_COPYLOST, &s));
+    fault_plan_free(p);
+}
+
 static void test_bad_specs_add_nothing(void) {
     const char *bad[] = {
         "explode@compute=1",   /* unknown class */
@@ -104,6 +147,8 @@ static void test_bad_specs_add_nothing(void) {
         "nobuf@tensor>x",      /* names compare with = */
         "retry@compute=1;lost@compute=", /* second rule broken: first must not be added either */
         "alloc@bytes>1e999",   /* overflow */
+        "copylost@copy=x",     /* bad number */
+        "copy_lost@copy=1",    /* unknown class */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fault_plan *p = fault_plan_new();
@@ -126,6 +171,7 @@ static void test_bad_specs_add_nothing(void) {
 int main(void) {
     RUN(test_parse_and_match);
     RUN(test_every_nth_and_times);
+    RUN(test_copylost);
     RUN(test_bad_specs_add_nothing);
     return test_summary();
 }

@@ -17,6 +17,9 @@ BIN = os.path.join(os.environ.get("TSL_BIN", "build/bin"), "tensile")
 passed = failed = 0
 SUMMARY = re.compile(r"^drills: (\d+) injected, (\d+) handled, (\d+) crashed, (\d+) wrong results, (\d+) leaked$")
 CLASSES = ["retry", "lost", "nobuf", "kernel", "alloc", "abort"]
+# a device lost where a copy's completion is waited for: GPU backends only (the
+# CPU waits for no copy, and its drill has no such row)
+VK_CLASSES = CLASSES + ["copylost"]
 
 
 def check(cond, what):
@@ -78,6 +81,7 @@ rows = {l.split()[1]: l.split() for l in lines[1:-1] if len(l.split()) == 7 and 
 for c in CLASSES:
     row = rows.get(c)
     check(row is not None and int(row[2]) > 0 and row[2] == row[3], "row for class %s: injected == handled > 0" % c)
+check("copylost" not in rows, "the CPU drill has no copylost row")
 # every compute node of a 2-layer graph is an injection point for nobuf and abort
 check(rows.get("nobuf") and int(rows["nobuf"][2]) >= 40, "nobuf covers every node and leaf")
 check(rows.get("abort") and int(rows["abort"][2]) >= 30, "abort covers every node boundary")
@@ -196,13 +200,15 @@ else:
         check(inj > 0 and inj == han, "vulkan: injected == handled > 0 (%d, %d)" % (inj, han))
         check(cra == 0 and wro == 0 and lea == 0, "vulkan: 0 crashed, 0 wrong results, 0 leaked")
     rows = table_rows(r.stdout, "vulkan")
-    for c in CLASSES:
+    for c in VK_CLASSES:
         row = rows.get(c)
         check(row is not None and row[2] > 0 and row[2] == row[3] and row[4:] == [0, 0, 0],
               "vulkan row for class %s: injected == handled > 0 (%s)" % (c, row))
     # every kernel the graph uses is broken in turn; its ops run on the CPU
     check(rows.get("kernel") and rows["kernel"][2] >= 8, "vulkan: the kernel class breaks every kernel of the graph")
     check(rows.get("nobuf") and rows["nobuf"][2] >= 40, "vulkan: nobuf covers every node and leaf")
+    # the copylost rows: uploads found by the next compute, read and set, and a read
+    check(rows.get("copylost") and rows["copylost"][2] >= 7, "vulkan: copylost covers every way a copy is found")
 
     # a planted leak is counted, once; and an ambient TSL_FAULT reaches no drill
     # process (it would make rows wrong)
@@ -221,7 +227,8 @@ else:
     per = [o for o in objs if "class" in o]
     summ_all = [o for o in objs if "summary" in o]
     check(r.returncode == 0, "drill --backend all exits 0")
-    check(sorted((o["backend"], o["class"]) for o in per) == sorted((b, c) for b in ("cpu", "vulkan") for c in CLASSES),
+    check(sorted((o["backend"], o["class"]) for o in per) ==
+          sorted([("cpu", c) for c in CLASSES] + [("vulkan", c) for c in VK_CLASSES]),
           "drill --backend all: one JSON object per backend and class")
     check(len(summ_all) == 1 and summ_all[0]["ok"] is True and summ_all[0]["injected"] == summ_all[0]["handled"] > 0
           and summ_all[0]["crashed"] == summ_all[0]["wrong"] == summ_all[0]["leaked"] == 0,

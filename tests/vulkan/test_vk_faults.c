@@ -18,6 +18,10 @@
  *  (d) A hang: a kernel that runs far longer than the watchdog allows turns
  *      into DEVICE_LOST "GPU hang: no progress in N s", latched for both
  *      backends on the device, with every later compute answering at once.
+ *  (e) Injected copylost through staging copies: a device lost where a
+ *      copy's completion is waited for, found by the next compute, read or
+ *      set for a small upload left in flight, by the copy's own call
+ *      otherwise; latched, recovered, and the result as before.
  *  Also: a get_rows index out of range is reported by the compute (FAILED,
  *  naming the index) from inside the kernel; the asynchronous pair
  *  (compute_async, then synchronize) reports on the call that learns it;
@@ -817,6 +821,171 @@ static void test_inject_lost(void) {
     fg_free(&f);
 }
 
+/* ---- a device lost where a copy's completion is waited for ------------------------ */
+
+/* The record of a loss found at a copy's completion: op "copy", the tensor
+ * the copy was for, no node, the driver's VK_ERROR_DEVICE_LOST marked as
+ * injected; and the loss latched. */
+static void check_copy_record(const char *what, const tsl_error *e, const char *tensor, bool deferred) {
+    print_record(what, e);
+    CHECKF(e->status == TSL_DEVICE_LOST, "%s: status %s", what, tsl_status_str(e->status));
+    CHECKF(strcmp(e->op, "copy") == 0, "%s: op '%s'", what, e->op);
+    CHECKF(strcmp(e->tensor, tensor) == 0, "%s: tensor '%s', not '%s'", what, e->tensor, tensor);
+    CHECK(e->node == -1);
+    CHECK(strcmp(e->driver_domain, "VkResult") == 0 && e->driver_code == -4);
+    CHECK_STR_CONTAINS(e->driver_text, "VK_ERROR_DEVICE_LOST");
+    CHECK_STR_CONTAINS(e->driver_text, "injected");
+    CHECKF((strstr(e->message, "left in flight") != NULL) == deferred, "%s: message '%s'", what, e->message);
+    CHECK(tsl_backend_is_lost(g_vk));
+}
+
+/* After a copy loss: every later compute and copy answers DEVICE_LOST at
+ * once with the original cause; recovery brings the backend back. */
+static void check_latched_and_recover(fg *f, const tsl_error *cause) {
+    tsl_error e2;
+    float tmp[4] = {0};
+    double t0 = now_s();
+    CHECK(tsl_backend_graph_compute(g_vk, f->g, &e2) == TSL_DEVICE_LOST);
+    CHECK(now_s() - t0 < 0.1);
+    CHECK(strcmp(e2.message, cause->message) == 0 && strcmp(e2.tensor, cause->tensor) == 0);
+    CHECK(tsl_backend_graph_compute(g_vk, f->g, &e2) == TSL_DEVICE_LOST);
+    CHECK(tsl_tensor_set(f->bias, tmp, 0, sizeof tmp, &e2) == TSL_DEVICE_LOST);
+    CHECK(tsl_tensor_get(f->out, tmp, 0, sizeof tmp, &e2) == TSL_DEVICE_LOST);
+    CHECK(strcmp(e2.message, cause->message) == 0);
+    tsl_backend_inject_clear(g_vk);
+    CHECK(tsl_backend_recover(g_vk, &e2) == TSL_SUCCESS);
+    CHECK(!tsl_backend_is_lost(g_vk));
+    CHECK(!tsl_buffer_is_lost(f->buf));
+}
+
+/* Through staging (TSL_VULKAN_STAGING=1: the path a discrete GPU takes), a
+ * small tsl_tensor_set returns once its copy is submitted; "copylost"
+ * makes that copy's completion answer VK_ERROR_DEVICE_LOST, and whichever
+ * call waits for it next reports the loss naming the copy: a compute, a
+ * read, another set. Also a copy waited for at once (a read, a large
+ * upload). Each time the loss latches, recovery restores the persistent
+ * buffer (and zeroes the other), and after uploading again the graph gives
+ * the fault-free result. "lost" rules do not fire at copies. */
+static void test_copy_lost(void) {
+    tsl_error err;
+    tsl_backend_free(g_vk);
+    setenv("TSL_VULKAN_STAGING", "1", 1); /* read when the device is made, and by recovery */
+    g_vk = tsl_backend_vulkan_new(g_index, &err);
+    CHECK(g_vk != NULL);
+    if (!g_vk) {
+        unsetenv("TSL_VULKAN_STAGING");
+        renew_backends();
+        return;
+    }
+    fg f;
+    CHECK(fg_make(&f, g_vk, 3, 4));
+    float *want = fg_reference(&f, g_vk);
+    CHECK(want != NULL);
+    tsl_buffer_set_persistent(f.buf, true);
+    float xv[64 * 3], bv[48];
+    CHECK(tsl_tensor_get(f.x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_get(f.bias, bv, 0, sizeof bv, &err) == TSL_SUCCESS);
+    /* a buffer that is not persistent, with a large tensor (copied
+     * synchronously: over the 256 KiB a set leaves in flight) */
+    enum { BIG = 128 * 1024 };
+    tsl_context *bc = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
+    tsl_tensor *big = tsl_tensor_set_name(tsl_new_tensor_1d(bc, TSL_TYPE_F32, BIG), "big");
+    tsl_buffer *scratch = tsl_buffer_alloc(g_vk, BIG * sizeof(float), &err);
+    CHECK(scratch != NULL && tsl_buffer_place(scratch, big, 0, &err) == TSL_SUCCESS);
+    float *bigv = calloc(BIG, sizeof(float));
+    CHECK(bigv != NULL);
+    if (!scratch || !bigv) goto done;
+    for (int i = 0; i < BIG; i++) bigv[i] = (float)i;
+
+    /* "lost" rules keep firing only at a compute's fence */
+    CHECK(tsl_backend_inject(g_vk, "lost", &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_set(f.x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_set(big, bigv, 0, BIG * sizeof(float), &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_get(f.bias, bv, 0, sizeof bv, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_injected(g_vk, TSL_FAULT_LOST) == 0 && !tsl_backend_is_lost(g_vk));
+    tsl_backend_inject_clear(g_vk);
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_SUCCESS && fg_same(&f, want));
+
+    /* 1. found by the next compute. The rule is in place before the set:
+     * the set returns without waiting for its copy, so it does not fire */
+    uint64_t fired0 = tsl_backend_injected(g_vk, TSL_FAULT_COPYLOST);
+    CHECK(tsl_backend_inject(g_vk, "copylost@times=1", &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_set(f.x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_injected(g_vk, TSL_FAULT_COPYLOST) == fired0);
+    CHECK(!tsl_backend_is_lost(g_vk));
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_DEVICE_LOST);
+    CHECK(tsl_backend_injected(g_vk, TSL_FAULT_COPYLOST) == fired0 + 1);
+    check_copy_record("found by the next compute", &err, "x", true);
+    check_latched_and_recover(&f, &err);
+    CHECK(tsl_buffer_is_lost(scratch)); /* not persistent: zeroed, flagged */
+    float back = -1;
+    CHECK(tsl_tensor_get(big, &back, 4 * (BIG - 1), sizeof back, &err) == TSL_SUCCESS && back == 0.0f);
+    tsl_buffer_clear_lost(scratch);
+    CHECK(tsl_tensor_set(f.x, xv, 0, sizeof xv, &err) == TSL_SUCCESS); /* uploaded again */
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_SUCCESS);
+    CHECK(fg_same(&f, want));
+
+    /* 2. found by the next read, of another tensor; the rule names the
+     * tensor the copy in flight was for */
+    float out[48 * 3];
+    CHECK(tsl_backend_inject(g_vk, "copylost@tensor=bias", &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_set(f.x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_SUCCESS); /* x's copy: no match */
+    CHECK(tsl_tensor_set(f.bias, bv, 0, sizeof bv, &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_get(f.out, out, 0, sizeof out, &err) == TSL_DEVICE_LOST);
+    check_copy_record("found by the next read", &err, "bias", true);
+    check_latched_and_recover(&f, &err);
+    CHECK(tsl_tensor_set(f.bias, bv, 0, sizeof bv, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_SUCCESS);
+    CHECK(fg_same(&f, want));
+
+    /* 3. found by the next set */
+    CHECK(tsl_tensor_set(f.x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_inject(g_vk, "copylost@times=1", &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_set(f.bias, bv, 0, sizeof bv, &err) == TSL_DEVICE_LOST);
+    check_copy_record("found by the next set", &err, "x", true);
+    check_latched_and_recover(&f, &err);
+    CHECK(tsl_tensor_set(f.x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_SUCCESS);
+    CHECK(fg_same(&f, want));
+
+    /* 4. copies waited for at once report to their own call: a read... */
+    CHECK(tsl_backend_inject(g_vk, "copylost@times=1", &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_get(f.out, out, 0, sizeof out, &err) == TSL_DEVICE_LOST);
+    check_copy_record("a read", &err, "out", false);
+    CHECK_STR_CONTAINS(err.message, "out of the device");
+    check_latched_and_recover(&f, &err);
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_SUCCESS);
+    CHECK(fg_same(&f, want));
+    /* ...and a large upload */
+    CHECK(tsl_backend_inject(g_vk, "copylost@bytes>262144,times=1", &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_set(big, bigv, 0, BIG * sizeof(float), &err) == TSL_DEVICE_LOST);
+    check_copy_record("a large upload", &err, "big", false);
+    check_latched_and_recover(&f, &err);
+    CHECK(tsl_buffer_is_lost(scratch));
+    tsl_buffer_clear_lost(scratch);
+    CHECK(tsl_tensor_set(big, bigv, 0, BIG * sizeof(float), &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_get(big, &back, 4 * (BIG - 1), sizeof back, &err) == TSL_SUCCESS && back == (float)(BIG - 1));
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_SUCCESS);
+    CHECK(fg_same(&f, want));
+    /* the plain lost site is unchanged: it fires at the compute's fence */
+    CHECK(tsl_backend_inject(g_vk, "lost@times=1", &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_DEVICE_LOST);
+    CHECK(err.node >= 0 && strcmp(err.op, "copy") != 0);
+    check_latched_and_recover(&f, &err);
+    CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_SUCCESS);
+    CHECK(fg_same(&f, want));
+done:
+    tsl_backend_inject_clear(g_vk);
+    free(bigv);
+    tsl_buffer_free(scratch);
+    tsl_ctx_free(bc);
+    fg_free(&f);
+    free(want);
+    unsetenv("TSL_VULKAN_STAGING");
+    renew_backends();
+}
+
 /* Run with every backend freed, so the device was destroyed and the layer
  * has checked for objects left behind; a new backend only reads the
  * counter, which is process-wide. */
@@ -878,6 +1047,7 @@ int main(void) {
     RUN(test_concurrent_faulty_clean);
     RUN(test_hang);
     RUN(test_inject_lost);
+    RUN(test_copy_lost);
     tsl_backend_free(g_vk);
     tsl_backend_free(g_cpu);
     RUN(test_validation);
