@@ -416,6 +416,21 @@ static bool drill_same(drill *d, const tsl_tensor *out, char *why, size_t n) {
     return same;
 }
 
+/* A loss latched: the backend says so, the next compute refuses at once
+ * with the original cause (e's message), and recover brings it back. */
+static void drill_check_latched(drill *d, const tsl_error *e, char *why, size_t n) {
+    tsl_error e2;
+    tsl_error_clear(&e2);
+    if (!tsl_backend_is_lost(d->be)) drill_why(why, n, "the loss did not latch");
+    tsl_status s2 = tsl_backend_graph_compute(d->be, d->g1.g, &e2);
+    if (s2 != TSL_DEVICE_LOST)
+        drill_why(why, n, "the compute after the loss returned %s", tsl_status_str(s2));
+    else if (strcmp(e2.message, e->message) != 0)
+        drill_why(why, n, "the compute after the loss does not carry the original cause");
+    s2 = tsl_backend_recover(d->be, &e2);
+    if (s2 != TSL_SUCCESS) drill_why(why, n, "recover returned %s: %s", tsl_status_str(s2), e2.message);
+}
+
 /* After a row: the next compute is clean and right. */
 static void drill_check_next(drill *d, char *why, size_t n) {
     tsl_error e;
@@ -470,19 +485,7 @@ static void drill_direct_row(drill *d, const char *rule, tsl_status want, int wa
         if (want_tensor && strcmp(e.tensor, want_tensor) != 0)
             drill_why(why, sizeof why, "the record names tensor '%s', not '%s'", e.tensor, want_tensor);
         if (!e.backend[0]) drill_why(why, sizeof why, "the record names no backend");
-        if (d->cls == TSL_FAULT_LOST && st == TSL_DEVICE_LOST) {
-            /* latched: the next compute refuses at once with the original cause */
-            tsl_error e2;
-            tsl_error_clear(&e2);
-            if (!tsl_backend_is_lost(d->be)) drill_why(why, sizeof why, "the loss did not latch");
-            tsl_status s2 = tsl_backend_graph_compute(d->be, d->g1.g, &e2);
-            if (s2 != TSL_DEVICE_LOST)
-                drill_why(why, sizeof why, "the compute after the loss returned %s", tsl_status_str(s2));
-            else if (strcmp(e2.message, e.message) != 0)
-                drill_why(why, sizeof why, "the compute after the loss does not carry the original cause");
-            s2 = tsl_backend_recover(d->be, &e2);
-            if (s2 != TSL_SUCCESS) drill_why(why, sizeof why, "recover returned %s: %s", tsl_status_str(s2), e2.message);
-        }
+        if (d->cls == TSL_FAULT_LOST && st == TSL_DEVICE_LOST) drill_check_latched(d, &e, why, sizeof why);
         if (tsl_backend_is_lost(d->be)) drill_why(why, sizeof why, "the backend is still lost");
         drill_check_next(d, why, sizeof why);
     }
@@ -570,18 +573,7 @@ static void drill_copy_row(drill *d, int how, tsl_tensor *t, tsl_tensor *other) 
             drill_why(why, sizeof why, "the record names '%s' '%s' node %d, not the copy of '%s'", e.op, e.tensor,
                       e.node, t->name);
         if (!e.backend[0]) drill_why(why, sizeof why, "the record names no backend");
-        if (st == TSL_DEVICE_LOST) {
-            tsl_error e2;
-            tsl_error_clear(&e2);
-            if (!tsl_backend_is_lost(d->be)) drill_why(why, sizeof why, "the loss did not latch");
-            tsl_status s2 = tsl_backend_graph_compute(d->be, d->g1.g, &e2);
-            if (s2 != TSL_DEVICE_LOST)
-                drill_why(why, sizeof why, "the compute after the loss returned %s", tsl_status_str(s2));
-            else if (strcmp(e2.message, e.message) != 0)
-                drill_why(why, sizeof why, "the compute after the loss does not carry the original cause");
-            s2 = tsl_backend_recover(d->be, &e2);
-            if (s2 != TSL_SUCCESS) drill_why(why, sizeof why, "recover returned %s: %s", tsl_status_str(s2), e2.message);
-        }
+        if (st == TSL_DEVICE_LOST) drill_check_latched(d, &e, why, sizeof why);
         if (tsl_backend_is_lost(d->be)) drill_why(why, sizeof why, "the backend is still lost");
         drill_check_next(d, why, sizeof why);
     }
