@@ -925,13 +925,16 @@ static void bench_matvec(bench_opts *o, tsl_type t, const bshape *sh, int64_t N,
     tsl_ctx_free(ctx);
 }
 
-static void bench_matmul(bench_opts *o, tsl_type t, int64_t M, int64_t N, int64_t K, double *best_out) {
+/* M x N x K with weights t and activations bt (F32, or F16 with F16
+ * weights): the default choice, then every tiled and cooperative-matrix
+ * variant of that pair forced in turn. */
+static void bench_matmul(bench_opts *o, tsl_type t, tsl_type bt, int64_t M, int64_t N, int64_t K, double *best_out) {
     char label[64];
     snprintf(label, sizeof label, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
-    const char *tn = tsl_type_name(t);
+    const char *tn = bt == TSL_TYPE_F16 ? "f16/f16" : tsl_type_name(t);
     tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
     tsl_tensor *a = tsl_new_tensor_2d(ctx, t, K, M);
-    tsl_tensor *b = tsl_new_tensor_2d(ctx, TSL_TYPE_F32, K, N);
+    tsl_tensor *b = tsl_new_tensor_2d(ctx, bt, K, N);
     tsl_tensor *out = tsl_mul_mat(ctx, a, b);
     tsl_graph *g = tsl_graph_build(ctx, &out, 1);
     tsl_error err;
@@ -945,7 +948,7 @@ static void bench_matmul(bench_opts *o, tsl_type t, int64_t M, int64_t N, int64_
     double best = 0;
     for (int pass = -1; pass < N_KERNELS; pass++) {
         const mmk *k = pass < 0 ? NULL : &g_kernels[pass];
-        if (k && (k->type != t || k->btype != TSL_TYPE_F32 ||
+        if (k && (k->type != t || k->btype != bt ||
                   (k->family != VK_MM_CM && k->family != VK_MM_CM2 && k->family != VK_MM_TILED)))
             continue;
         if (k && bench_skip(o, k->name, label)) continue;
@@ -1017,15 +1020,17 @@ static int bench(int argc, char **argv) {
         for (int64_t N = 2; N <= 8; N *= 2) bench_matvec(&o, types[ti], &shapes[o.quick ? 0 : 1], N, VK_MM_VECN, NULL);
     double cm_best = 0;
     if (o.quick) {
-        bench_matmul(&o, TSL_TYPE_F16, 256, 256, 256, &cm_best);
-        bench_matmul(&o, TSL_TYPE_Q4_0, 256, 64, 256, NULL);
+        bench_matmul(&o, TSL_TYPE_F16, TSL_TYPE_F32, 256, 256, 256, &cm_best);
+        bench_matmul(&o, TSL_TYPE_F16, TSL_TYPE_F16, 256, 256, 256, &cm_best);
+        bench_matmul(&o, TSL_TYPE_Q4_0, TSL_TYPE_F32, 256, 64, 256, NULL);
     } else {
-        bench_matmul(&o, TSL_TYPE_F16, 4096, 4096, 4096, &cm_best);
-        bench_matmul(&o, TSL_TYPE_F16, 8192, 8192, 8192, NULL);
-        bench_matmul(&o, TSL_TYPE_F16, 4096, 512, 4096, NULL);
-        bench_matmul(&o, TSL_TYPE_Q8_0, 4096, 4096, 4096, NULL);
-        bench_matmul(&o, TSL_TYPE_Q4_0, 4096, 4096, 4096, NULL);
-        bench_matmul(&o, TSL_TYPE_Q4_0, 4096, 512, 4096, NULL);
+        bench_matmul(&o, TSL_TYPE_F16, TSL_TYPE_F32, 4096, 4096, 4096, &cm_best);
+        bench_matmul(&o, TSL_TYPE_F16, TSL_TYPE_F16, 4096, 4096, 4096, &cm_best);
+        bench_matmul(&o, TSL_TYPE_F16, TSL_TYPE_F32, 8192, 8192, 8192, NULL);
+        bench_matmul(&o, TSL_TYPE_F16, TSL_TYPE_F32, 4096, 512, 4096, NULL);
+        bench_matmul(&o, TSL_TYPE_Q8_0, TSL_TYPE_F32, 4096, 4096, 4096, NULL);
+        bench_matmul(&o, TSL_TYPE_Q4_0, TSL_TYPE_F32, 4096, 4096, 4096, NULL);
+        bench_matmul(&o, TSL_TYPE_Q4_0, TSL_TYPE_F32, 4096, 512, 4096, NULL);
     }
     printf("\nsummary (%s):\n", shapes[0].label);
     for (int ti = 0; ti < 3; ti++)
