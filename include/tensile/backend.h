@@ -480,6 +480,9 @@ typedef struct tsl_vulkan_stats {
     uint64_t computes;         /* computes that reached encoding */
     uint64_t submits;          /* command buffers submitted to the queue */
     uint64_t dispatches;       /* kernels recorded */
+    uint64_t set_dispatches;   /* of those, bound through an ordinary descriptor set on a device
+                                  with push descriptors (kernels the driver runs faster so:
+                                  mul_mat_cm2_*; TSL_VULKAN_SET_KERNELS adds others) */
     uint64_t barriers;         /* pipeline barriers recorded between nodes */
     uint64_t reused_command_buffers; /* submitted again as recorded before (the same
                                         commands: a graph run again in the same buffers) */

@@ -183,6 +183,11 @@ typedef struct vk_kernel {
     VkShaderModule module;
     uint32_t caps;             /* VK_CAP_* the SPIR-V declares */
     bool runnable;             /* the device has every capability it needs */
+    /* bound through an ordinary descriptor set even where the device has
+     * push descriptors (its pipeline made with layout_sets): NVIDIA runs
+     * the workgroup-scope matrix kernels 4x slower through push
+     * descriptors; TSL_VULKAN_SET_KERNELS=name,... adds kernels (tests) */
+    bool sets;
     /* the failure, cached with the driver's answer (state FAILED) */
     tsl_status fail_status;
     int64_t fail_code;
@@ -290,8 +295,16 @@ typedef struct vk_device {
 
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
+    /* Where the device has push descriptors: the same bindings as ordinary
+     * descriptor sets, for the kernels bound that way (vk_kernel.sets);
+     * VK_NULL_HANDLE without push descriptors (every kernel uses dsl and
+     * layout, ordinary sets already). */
+    VkDescriptorSetLayout dsl_sets;
+    VkPipelineLayout layout_sets;
     pthread_mutex_t klock; /* serializes builds */
     vk_kernel k[VK_K_COUNT];
+    int set_ids[32]; /* the kernels with vk_kernel.sets (vk_pipeline_init) */
+    int n_set_ids;
 
     /* memory (vk_memory.c) */
     pthread_mutex_t mlock;

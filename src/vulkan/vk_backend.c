@@ -154,6 +154,7 @@ typedef struct vk_rec {
     uint32_t mark; /* dispatch: its NV checkpoint (node + 1, 0 none); stamp: the query */
     int32_t node;  /* dispatch: the node it computes */
     VkPipeline pipe;
+    uint32_t sets; /* bound through an ordinary descriptor set (vk_kernel.sets), push descriptors elsewhere */
     VkDescriptorBufferInfo bi[VK_NBIND];
     uint32_t pcsize, grid[3];
     uint32_t pc[VK_PC_WORDS];
@@ -178,6 +179,7 @@ typedef struct vk_slot {
     int64_t q_ne[TSL_MAX_DIMS];
     size_t q_nb[TSL_MAX_DIMS];
     uint64_t dispatches, barriers;
+    uint64_t set_dispatches; /* of those, bound through an ordinary descriptor set (vk_kernel.sets) */
     uint32_t levels; /* dispatches that start a level (after a barrier, or the first) */
     double encode_ms;
     /* the tape being built, and the one the command buffer holds (valid
@@ -280,7 +282,7 @@ struct vk_backend {
     struct vk_backend *dnext; /* the device's list of backends (blist_lock) */
 
     /* counters */
-    _Atomic uint64_t st_computes, st_submits, st_dispatches, st_barriers, st_transfers, st_reused;
+    _Atomic uint64_t st_computes, st_submits, st_dispatches, st_barriers, st_transfers, st_reused, st_set_dispatches;
     double st_encode_ms, last_us_per_node;
     int last_cbs;
     double st_gpu_ms, last_gpu_us;
@@ -808,8 +810,9 @@ static void vk_track(vk_slot *sl, const vk_exec *x) {
     if (sl->q_valid && w->blk == sl->q_src.blk && w->lo < sl->q_src.hi && sl->q_src.lo < w->hi) sl->q_valid = false;
 }
 
-/* A descriptor set from the slot's pools (no push descriptors). */
-static VkResult vk_alloc_set(vk_backend *be, vk_slot *sl, VkDescriptorSet *set) {
+/* A descriptor set of layout dsl from the slot's pools (no push
+ * descriptors, or a kernel bound through sets). */
+static VkResult vk_alloc_set(vk_backend *be, vk_slot *sl, VkDescriptorSetLayout dsl, VkDescriptorSet *set) {
     VkDevice dev = be->dev->dev;
     for (;;) {
         if (sl->cur_dpool == sl->n_dpools) {
@@ -828,7 +831,7 @@ static VkResult vk_alloc_set(vk_backend *be, vk_slot *sl, VkDescriptorSet *set) 
         VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                           .descriptorPool = sl->dpools[sl->cur_dpool],
                                           .descriptorSetCount = 1,
-                                          .pSetLayouts = &be->dev->dsl};
+                                          .pSetLayouts = &dsl};
         VkResult r = vkAllocateDescriptorSets(dev, &ai, set);
         if (r == VK_SUCCESS) return r;
         if (r != VK_ERROR_OUT_OF_POOL_MEMORY && r != VK_ERROR_FRAGMENTED_POOL) return r;
@@ -854,6 +857,17 @@ static vk_rec *vk_tape_add(vk_slot *sl, uint32_t kind) {
 /* One dispatch of pipe over x's bindings, onto the slot's tape: a barrier
  * first where x touches what an earlier dispatch since the last one wrote
  * (or writes what it read). */
+/* Was pipe made for an ordinary descriptor set (a kernel with
+ * vk_kernel.sets)? Such kernels are few; their built pipelines are
+ * compared. */
+static bool vk_pipe_uses_sets(vk_device *d, VkPipeline pipe) {
+    for (int i = 0; i < d->n_set_ids; i++) {
+        const vk_kernel *k = &d->k[d->set_ids[i]];
+        if (atomic_load_explicit(&k->state, memory_order_acquire) == VK_KS_READY && k->pipe == pipe) return true;
+    }
+    return false;
+}
+
 static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x, VkPipeline pipe, const uint32_t *pc,
                                    uint32_t pcsize, const uint32_t grid[3]) {
     vk_device *d = be->dev;
@@ -869,6 +883,8 @@ static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x
     vk_rec *r = vk_tape_add(sl, VK_REC_DISPATCH);
     if (!r) return VK_ERROR_OUT_OF_HOST_MEMORY;
     r->pipe = pipe;
+    r->sets = d->layout_sets && vk_pipe_uses_sets(d, pipe);
+    sl->set_dispatches += r->sets;
     for (int j = 0; j < 4; j++) {
         const vk_bind *b = x->b[j].blk ? &x->b[j] : &x->b[VK_BIND_DST]; /* unused: the destination again */
         r->bi[j] = (VkDescriptorBufferInfo){.buffer = b->blk->buf, .offset = b->off, .range = b->range};
@@ -913,9 +929,11 @@ static VkResult vk_play_tape(vk_backend *be, vk_slot *sl) {
             vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, r->pipe);
             bound = r->pipe;
         }
+        const bool push = d->f.push_descriptors && !r->sets;
+        const VkPipelineLayout layout = r->sets ? d->layout_sets : d->layout;
         VkDescriptorSet set = VK_NULL_HANDLE;
-        if (!d->f.push_descriptors) {
-            VkResult res = vk_alloc_set(be, sl, &set);
+        if (!push) {
+            VkResult res = vk_alloc_set(be, sl, r->sets ? d->dsl_sets : d->dsl, &set);
             if (res != VK_SUCCESS) return res;
         }
         VkWriteDescriptorSet w[VK_NBIND];
@@ -926,13 +944,13 @@ static VkResult vk_play_tape(vk_backend *be, vk_slot *sl) {
                                           .descriptorCount = 1,
                                           .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                           .pBufferInfo = &r->bi[j]};
-        if (d->f.push_descriptors) {
-            d->push_descriptor_set(cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, VK_NBIND, w);
+        if (push) {
+            d->push_descriptor_set(cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, VK_NBIND, w);
         } else {
             vkUpdateDescriptorSets(d->dev, VK_NBIND, w, 0, NULL);
-            vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->layout, 0, 1, &set, 0, NULL);
+            vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, &set, 0, NULL);
         }
-        if (r->pcsize) vkCmdPushConstants(cb, d->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, r->pcsize, r->pc);
+        if (r->pcsize) vkCmdPushConstants(cb, layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, r->pcsize, r->pc);
         if (r->mark && d->set_checkpoint) d->set_checkpoint(cb, (void *)(uintptr_t)r->mark);
         vkCmdDispatch(cb, r->grid[0], r->grid[1], r->grid[2]);
     }
@@ -1033,7 +1051,7 @@ static void vk_encode_slot(vk_backend *be, int s) {
     vk_device *d = be->dev;
     const vk_exec *first = &be->exec[sl->first];
     ledger_sink_set(&be->ledger);
-    sl->dispatches = sl->barriers = 0;
+    sl->dispatches = sl->barriers = sl->set_dispatches = 0;
     sl->levels = 0;
     sl->n_spans = 0;
     sl->q_valid = false;
@@ -1590,16 +1608,18 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         st = ledger_result(&be->ledger, &rec);
     atomic_fetch_add_explicit(&be->st_submits, (uint64_t)submitted, memory_order_relaxed);
     be->n_submitted = submitted;
-    uint64_t disp = 0, bar = 0;
+    uint64_t disp = 0, bar = 0, sdisp = 0;
     double enc = 0;
     uint64_t reused = 0;
     for (int s = 0; s < used; s++) {
         reused += be->slots[s].reused;
         disp += be->slots[s].dispatches;
+        sdisp += be->slots[s].set_dispatches;
         bar += be->slots[s].barriers;
         enc += be->slots[s].encode_ms;
     }
     atomic_fetch_add_explicit(&be->st_dispatches, disp, memory_order_relaxed);
+    atomic_fetch_add_explicit(&be->st_set_dispatches, sdisp, memory_order_relaxed);
     atomic_fetch_add_explicit(&be->st_barriers, bar, memory_order_relaxed);
     atomic_fetch_add_explicit(&be->st_reused, reused, memory_order_relaxed);
     be->st_encode_ms += enc;
@@ -2515,6 +2535,7 @@ tsl_status tsl_backend_vulkan_stats(const tsl_backend *b, tsl_vulkan_stats *out)
     out->computes = atomic_load(&be->st_computes);
     out->submits = atomic_load(&be->st_submits);
     out->dispatches = atomic_load(&be->st_dispatches);
+    out->set_dispatches = atomic_load(&be->st_set_dispatches);
     out->barriers = atomic_load(&be->st_barriers);
     out->reused_command_buffers = atomic_load(&be->st_reused);
     out->transfers = atomic_load(&be->st_transfers);

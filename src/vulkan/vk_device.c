@@ -657,6 +657,18 @@ tsl_status vk_device_lost_error(const vk_device *d, tsl_error *err) {
 
 /* ---- device objects --------------------------------------------------------------- */
 
+/* The pipeline and descriptor-set layouts of d's VkDevice, gone (NULL). */
+static void vk_layouts_destroy(vk_device *d) {
+    if (d->layout_sets) vkDestroyPipelineLayout(d->dev, d->layout_sets, NULL);
+    if (d->dsl_sets) vkDestroyDescriptorSetLayout(d->dev, d->dsl_sets, NULL);
+    if (d->layout) vkDestroyPipelineLayout(d->dev, d->layout, NULL);
+    if (d->dsl) vkDestroyDescriptorSetLayout(d->dev, d->dsl, NULL);
+    d->layout_sets = VK_NULL_HANDLE;
+    d->dsl_sets = VK_NULL_HANDLE;
+    d->layout = VK_NULL_HANDLE;
+    d->dsl = VK_NULL_HANDLE;
+}
+
 static void vk_device_destroy(vk_device *d) {
     if (atomic_load(&d->unclean)) {
         /* Work a backend submitted never finished: destroying objects the
@@ -672,8 +684,7 @@ static void vk_device_destroy(vk_device *d) {
     if (d->dev) {
         vk_pipeline_fini(d);
         vk_mem_fini(d);
-        if (d->layout) vkDestroyPipelineLayout(d->dev, d->layout, NULL);
-        if (d->dsl) vkDestroyDescriptorSetLayout(d->dev, d->dsl, NULL);
+        vk_layouts_destroy(d);
         vkDestroyDevice(d->dev, NULL);
     } else {
         vk_pipeline_fini(d); /* replacement SPIR-V may be held without a device */
@@ -909,20 +920,24 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
         .pBindings = b};
     VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = VK_PC_WORDS * 4};
     r = vkCreateDescriptorSetLayout(d->dev, &dl, NULL, &d->dsl);
-    if (r == VK_SUCCESS) {
-        VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-                                         .setLayoutCount = 1,
-                                         .pSetLayouts = &d->dsl,
-                                         .pushConstantRangeCount = 1,
-                                         .pPushConstantRanges = &pcr};
-        r = vkCreatePipelineLayout(d->dev, &pl, NULL, &d->layout);
+    VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                     .setLayoutCount = 1,
+                                     .pSetLayouts = &d->dsl,
+                                     .pushConstantRangeCount = 1,
+                                     .pPushConstantRanges = &pcr};
+    if (r == VK_SUCCESS) r = vkCreatePipelineLayout(d->dev, &pl, NULL, &d->layout);
+    /* the same for kernels bound through ordinary sets (same push-constant
+     * range: the two layouts are compatible for push constants) */
+    if (r == VK_SUCCESS && d->f.push_descriptors) {
+        dl.flags = 0;
+        r = vkCreateDescriptorSetLayout(d->dev, &dl, NULL, &d->dsl_sets);
+        pl.pSetLayouts = &d->dsl_sets;
+        if (r == VK_SUCCESS) r = vkCreatePipelineLayout(d->dev, &pl, NULL, &d->layout_sets);
     }
     if (r != VK_SUCCESS) {
         vk_error(err, r, TSL_PHASE_ALLOC, bname, d->name, -1, NULL, NULL, "creating the pipeline layout");
-        if (d->dsl) vkDestroyDescriptorSetLayout(d->dev, d->dsl, NULL);
+        vk_layouts_destroy(d);
         vkDestroyDevice(d->dev, NULL);
-        d->dsl = VK_NULL_HANDLE;
-        d->layout = VK_NULL_HANDLE;
         d->dev = VK_NULL_HANDLE;
         return err ? err->status : TSL_ALLOC_FAILED;
     }
@@ -943,8 +958,8 @@ struct vk_grave {
     bool hung;
     uint32_t gen;
     vk_block *blocks;
-    VkDescriptorSetLayout dsl;
-    VkPipelineLayout layout;
+    VkDescriptorSetLayout dsl, dsl_sets;
+    VkPipelineLayout layout, layout_sets;
     VkPipeline pipes[VK_K_COUNT];
     VkShaderModule mods[VK_K_COUNT];
     int n_pipes;
@@ -1014,6 +1029,8 @@ static void vk_grave_destroy(vk_grave *gr) {
     }
     if (gr->layout) vkDestroyPipelineLayout(gr->dev, gr->layout, NULL);
     if (gr->dsl) vkDestroyDescriptorSetLayout(gr->dev, gr->dsl, NULL);
+    if (gr->layout_sets) vkDestroyPipelineLayout(gr->dev, gr->layout_sets, NULL);
+    if (gr->dsl_sets) vkDestroyDescriptorSetLayout(gr->dev, gr->dsl_sets, NULL);
     vkDestroyDevice(gr->dev, NULL);
     free(gr->objs);
     free(gr);
@@ -1050,6 +1067,8 @@ tsl_status vk_device_reopen(vk_device *d, vk_grave **out, tsl_error *err) {
     gr->dev = d->dev;
     gr->dsl = d->dsl;
     gr->layout = d->layout;
+    gr->dsl_sets = d->dsl_sets;
+    gr->layout_sets = d->layout_sets;
     gr->hung = atomic_load(&d->hung) != 0;
     gr->gen = d->gen;
     PFN_vkCmdPushDescriptorSetKHR push = d->push_descriptor_set;
@@ -1059,13 +1078,15 @@ tsl_status vk_device_reopen(vk_device *d, vk_grave **out, tsl_error *err) {
     VkQueue queue = d->queue;
     vk_features f = d->f;
     d->dev = VK_NULL_HANDLE;
-    d->dsl = VK_NULL_HANDLE;
-    d->layout = VK_NULL_HANDLE;
+    d->dsl = d->dsl_sets = VK_NULL_HANDLE;
+    d->layout = d->layout_sets = VK_NULL_HANDLE;
     tsl_status s = vk_device_open(d, err);
     if (s != TSL_SUCCESS) {
         d->dev = gr->dev;
         d->dsl = gr->dsl;
         d->layout = gr->layout;
+        d->dsl_sets = gr->dsl_sets;
+        d->layout_sets = gr->layout_sets;
         d->queue = queue;
         d->f = f;
         d->push_descriptor_set = push;

@@ -265,12 +265,13 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
     } else if (N <= VK_MM_NC && vk_mm_applies(d, vecn, n)) {
         cand[k++] = vecn;
     } else if (t == TSL_TYPE_F16 || ((t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0) && N >= VK_MM_CM_MIN_N_QUANT)) {
-        /* (the workgroup-scope kernels, mul_mat_cm2_*, are not chosen
-         * here: bound through push descriptors, as this backend binds
-         * everything where the device has them, they ran 4096^3 F16 at 57
-         * TFLOP/s on the H200 against 227 through ordinary descriptor sets
-         * and 222 for the tile below; bench/RESULTS.md, runs 35-42. Forced
-         * with TSL_VK_MM_VARIANT they run and are tested.) */
+        /* (the workgroup-scope kernels, mul_mat_cm2_*, are not chosen here
+         * yet: through push descriptors they ran 4096^3 F16 at 57 TFLOP/s
+         * on the H200, through ordinary descriptor sets 227, against 222
+         * for the tile below (bench/RESULTS.md, runs 35-42); they are now
+         * bound through sets (vk_kernel.sets), a configuration not yet
+         * measured. Forced with TSL_VK_MM_VARIANT they run and are
+         * tested.) */
         /* the first tile in order of preference the device can run: 64x64
          * for few columns, else 256x128 with 16 warps and one staging buffer
          * (47 KiB of shared memory, 512 invocations), then 128x128 tiles

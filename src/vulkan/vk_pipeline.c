@@ -171,11 +171,32 @@ static void vk_kernel_scan(vk_device *d, vk_kernel *k, const uint32_t *code, siz
     k->runnable = !ok || (caps & ~vk_device_caps(d)) == 0;
 }
 
+/* Is kernel id bound through an ordinary descriptor set (vk_kernel.sets)?
+ * The workgroup-scope matrix kernels, and those TSL_VULKAN_SET_KERNELS
+ * names (comma-separated kernel names). */
+static bool vk_kernel_uses_sets(int id) {
+    const vk_mm_info *mm = vk_mm_info_of(id);
+    if (mm && mm->family == VK_MM_CM2) return true;
+    const char *s = getenv("TSL_VULKAN_SET_KERNELS");
+    const char *name = vk_kernel_descs[id].name;
+    const size_t len = strlen(name);
+    while (s && *s) {
+        size_t n = strcspn(s, ",");
+        if (n == len && strncmp(s, name, n) == 0) return true;
+        s += n;
+        if (*s == ',') s++;
+    }
+    return false;
+}
+
 tsl_status vk_pipeline_init(vk_device *d, tsl_error *err) {
+    d->n_set_ids = 0;
     for (int i = 0; i < VK_K_COUNT; i++) {
         vk_kernel *k = &d->k[i];
         memset(k, 0, sizeof *k);
         atomic_init(&k->state, VK_KS_UNBUILT);
+        k->sets = vk_kernel_uses_sets(i) && d->n_set_ids < (int)(sizeof d->set_ids / sizeof d->set_ids[0]);
+        if (k->sets) d->set_ids[d->n_set_ids++] = i;
         snprintf(k->entry, sizeof k->entry, "main");
         const vk_shader_blob *blob = vk_kernel_blob(i);
         if (blob) vk_kernel_scan(d, k, blob->code, blob->size);
@@ -264,7 +285,7 @@ static void vk_kernel_build(vk_device *d, int id) {
                       .module = k->module,
                       .pName = k->entry,
                       .pSpecializationInfo = nme ? &si : NULL},
-            .layout = d->layout,
+            .layout = k->sets && d->layout_sets ? d->layout_sets : d->layout,
         };
         if (d->f.exec_stats) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
         r = vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipe);

@@ -1609,6 +1609,43 @@ static void test_pools_and_staging(void) {
     tsl_ctx_free(ctx);
 }
 
+/* Kernels bound through ordinary descriptor sets on a device with push
+ * descriptors (vk_kernel.sets; TSL_VULKAN_SET_KERNELS names them here):
+ * the two kinds of binding alternate within one command buffer, over more
+ * sets than one pool holds, and the results are the CPU's. */
+static void test_mixed_binding(void) {
+    tsl_error err;
+    tsl_vulkan_device_info info;
+    CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);
+    CHECKF(info.push_descriptors, "the test needs a device with push descriptors (lavapipe has them)");
+    tsl_backend_free(g_vk);
+    setenv("TSL_VULKAN_SET_KERNELS", "add_f32,rms_norm_mul_f32,soft_max_f32_mask_f32", 1);
+    g_vk = tsl_backend_vulkan_new(info.index, &err);
+    unsetenv("TSL_VULKAN_SET_KERNELS");
+    CHECK(g_vk != NULL);
+    if (!g_vk) return;
+    tsl_vulkan_stats s0, s1;
+    tsl_backend_vulkan_stats(g_vk, &s0);
+    vkt_stat st = {.name = "mixed binding"};
+    blk_arg a = {.wtype = TSL_TYPE_Q4_0, .n_embd = 64, .n_head = 2, .n_head_kv = 1, .n_ff = 160, .n_tok = 5,
+                 .n_vocab = 30};
+    vkt_check(&st, build_block, &a, 1900, 2e-4, 2e-4, "llama block");
+    /* 300 ADDs bound through sets between 300 SCALEs pushed, one command buffer */
+    tsl_backend_vulkan_set_command_buffers(g_vk, 1, &err);
+    int len = 600;
+    vkt_check(&st, build_chain, &len, 1950, 1e-5, 1e-5, "600 nodes in one command buffer");
+    tsl_backend_vulkan_stats(g_vk, &s1);
+    const uint64_t sets = s1.set_dispatches - s0.set_dispatches, all = s1.dispatches - s0.dispatches;
+    CHECKF(sets >= 300 && sets < all, "dispatches bound through sets: %llu of %llu (expected 300 or more, not all)",
+           (unsigned long long)sets, (unsigned long long)all);
+    vkt_print(&st);
+    tsl_backend_vulkan_set_command_buffers(g_vk, 4, &err);
+    /* the default backend again: nothing of this test's kernels bound so */
+    tsl_backend_free(g_vk);
+    g_vk = tsl_backend_vulkan_new(info.index, &err);
+    CHECK(g_vk != NULL);
+}
+
 /* With TSL_VULKAN_VALIDATE=1 the Khronos layer watched everything above. */
 static void test_validation(void) {
     tsl_vulkan_stats s;
@@ -1668,6 +1705,7 @@ int main(void) {
     RUN(test_two_backends);
     RUN(test_unsupported);
     RUN(test_pools_and_staging);
+    RUN(test_mixed_binding);
     RUN(test_validation);
     tsl_backend_free(g_vk);
     tsl_backend_free(g_cpu);
