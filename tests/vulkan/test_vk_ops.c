@@ -1638,6 +1638,21 @@ static void test_mixed_binding(void) {
     const uint64_t sets = s1.set_dispatches - s0.set_dispatches, all = s1.dispatches - s0.dispatches;
     CHECKF(sets >= 300 && sets < all, "dispatches bound through sets: %llu of %llu (expected 300 or more, not all)",
            (unsigned long long)sets, (unsigned long long)all);
+    /* a device lost and recovered: the sets' layouts are made again with
+     * the new device, and the kernels bound through them still compute */
+    CHECK(tsl_backend_inject(g_vk, "lost@times=1", &err) == TSL_SUCCESS);
+    float *v = NULL;
+    int64_t nv = 0;
+    CHECK(vkt_run(g_vk, build_chain, &len, false, 1951, &v, &nv, &err) == TSL_DEVICE_LOST);
+    free(v);
+    tsl_backend_inject_clear(g_vk);
+    CHECK(tsl_backend_recover(g_vk, &err) == TSL_SUCCESS);
+    tsl_vulkan_stats s2;
+    tsl_backend_vulkan_stats(g_vk, &s2);
+    vkt_check(&st, build_chain, &len, 1952, 1e-5, 1e-5, "600 nodes after recovery");
+    tsl_backend_vulkan_stats(g_vk, &s1);
+    CHECKF(s1.set_dispatches - s2.set_dispatches >= 300, "after recovery %llu dispatches bound through sets",
+           (unsigned long long)(s1.set_dispatches - s2.set_dispatches));
     vkt_print(&st);
     tsl_backend_vulkan_set_command_buffers(g_vk, 4, &err);
     /* the default backend again: nothing of this test's kernels bound so */
