@@ -137,7 +137,10 @@ void tsl_buffer_set_persistent(tsl_buffer *buf, bool on);
  * every later compute, copy or free is ordered after it, and a device lost
  * meanwhile is reported by the next compute or copy, with a record naming
  * the copy (op "copy", the tensor it was for, node -1; injected with
- * "copylost"). */
+ * "copylost"). A get of a tensor flagged TSL_FLAG_READBACK after the
+ * compute that made it succeeded may be served from the copy that compute
+ * made of it (no transfer of its own; tsl_vulkan_stats.readback_reads); a
+ * set into it, a later compute or a free makes that copy stale. */
 tsl_status tsl_tensor_set(tsl_tensor *t, const void *src, size_t offset, size_t size, tsl_error *err);
 tsl_status tsl_tensor_get(const tsl_tensor *t, void *dst, size_t offset, size_t size, tsl_error *err);
 
@@ -502,6 +505,8 @@ typedef struct tsl_vulkan_stats {
                                   command buffer to the end of its last (0 without
                                   timestamps) */
     uint64_t upload_bytes;     /* bytes copied host -> device by tensor set */
+    uint64_t readback_reads;   /* tensor gets served from the copy a compute made of its
+                                  TSL_FLAG_READBACK outputs (no copy of their own) */
     double upload_ms;          /* host time those copies took, start to finish */
 } tsl_vulkan_stats;
 tsl_status tsl_backend_vulkan_stats(const tsl_backend *be, tsl_vulkan_stats *out);

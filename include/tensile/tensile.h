@@ -208,6 +208,10 @@ bool tsl_op_is_view(tsl_op op);
 #define TSL_FLAG_OUTPUT 2u     /* read after compute; allocator never reuses it */
 #define TSL_FLAG_PARAM 4u      /* trainable parameter */
 #define TSL_FLAG_PERSISTENT 8u /* restored from its host source after device recovery */
+/* read by the host after every compute (e.g. logits): a backend whose tensor
+ * memory the host cannot map may copy it to host-visible memory within the
+ * compute itself, so tsl_tensor_get needs no copy of its own */
+#define TSL_FLAG_READBACK 16u
 
 struct tsl_buffer;
 struct tsl_context;

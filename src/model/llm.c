@@ -990,6 +990,7 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
     } else {
         if (n == 1) llm_drop_decode_graph(c);
         if ((s = llm_graph_new(c, n, pos0, n_kv, all, &ctx, &ag, err)) != TSL_SUCCESS) return s;
+        ag.logits->flags |= TSL_FLAG_READBACK; /* read after every compute */
         if (c->devw && !c->dev_only[n > 1]) llm_host_weights(c, ag.g);
         if ((s = tsl_buffer_place(c->inbuf, ag.tokens, 0, err)) != TSL_SUCCESS ||
             (s = tsl_buffer_place(c->inbuf, ag.pos, pos_off, err)) != TSL_SUCCESS ||

@@ -118,6 +118,8 @@
 #ifndef VK_XFER_SLOTS
 #define VK_XFER_SLOTS 3 /* staging chunks in flight: one filled by the host while the others copy */
 #define VK_XFER_ASYNC_MAX ((size_t)256 << 10) /* uploads up to this size return before the copy is done */
+#define VK_RB_MAX 4                          /* TSL_FLAG_READBACK outputs copied back by one compute */
+#define VK_RB_MAX_BYTES ((size_t)16 << 20)   /* ... in at most this many bytes */
 #endif
 #define VK_XFER_THREADS 4                  /* host threads moving a chunk into or out of staging */
 #define VK_XFER_PAR_MIN ((size_t)4 << 20)  /* below this one thread copies: waking others costs more */
@@ -148,7 +150,7 @@ typedef struct vk_xslot {
  * command buffer, kept to tell whether the next compute would record the
  * same (then the command buffer is submitted again as it is). Zeroed before
  * filling, so whole records compare with memcmp. */
-enum { VK_REC_BARRIER, VK_REC_DISPATCH, VK_REC_STAMP };
+enum { VK_REC_BARRIER, VK_REC_DISPATCH, VK_REC_STAMP, VK_REC_READBACK };
 typedef struct vk_rec {
     uint32_t kind;
     uint32_t mark; /* dispatch: its NV checkpoint (node + 1, 0 none); stamp: the query */
@@ -248,6 +250,24 @@ struct vk_backend {
     VkDeviceMemory stage_mem;
     void *stage_map;
     size_t stage_size;
+    /* Outputs flagged TSL_FLAG_READBACK in tensor memory the host cannot
+     * map: the compute's last command buffer copies them into rb, and
+     * tsl_tensor_get of (part of) one reads it there once the compute
+     * succeeded (rb_valid), with no copy and wait of its own. */
+    VkBuffer rb;
+    VkDeviceMemory rb_mem;
+    void *rb_map;
+    size_t rb_size;
+    struct {
+        const vk_buf *vb;
+        size_t off, n;     /* the tensor's bytes within vb */
+        size_t at;         /* where they land in rb */
+        VkBuffer src;
+        VkDeviceSize src_off;
+    } rbo[VK_RB_MAX];
+    int n_rbo;
+    bool rb_valid;
+    uint64_t st_rb_reads;
 
     /* GPU timestamps: queries 2s and 2s+1 are the start and end of command
      * buffer s */
@@ -914,6 +934,7 @@ static VkResult vk_play_tape(vk_backend *be, vk_slot *sl) {
     vk_device *d = be->dev;
     VkCommandBuffer cb = sl->cb;
     VkPipeline bound = VK_NULL_HANDLE;
+    bool copied = false;
     for (int i = 0; i < sl->n_tape; i++) {
         const vk_rec *r = &sl->tape[i];
         if (r->kind == VK_REC_BARRIER) {
@@ -923,6 +944,17 @@ static VkResult vk_play_tape(vk_backend *be, vk_slot *sl) {
         }
         if (r->kind == VK_REC_STAMP) {
             vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, be->ppool, r->mark);
+            continue;
+        }
+        if (r->kind == VK_REC_READBACK) {
+            /* an output into the readback buffer, after every kernel
+             * before it; made visible to the host at the end */
+            if (!copied)
+                vk_barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                           VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT);
+            copied = true;
+            VkBufferCopy region = {.srcOffset = r->bi[0].offset, .dstOffset = r->bi[1].offset, .size = r->bi[0].range};
+            vkCmdCopyBuffer(cb, r->bi[0].buffer, r->bi[1].buffer, 1, &region);
             continue;
         }
         if (bound != r->pipe) {
@@ -954,6 +986,9 @@ static VkResult vk_play_tape(vk_backend *be, vk_slot *sl) {
         if (r->mark && d->set_checkpoint) d->set_checkpoint(cb, (void *)(uintptr_t)r->mark);
         vkCmdDispatch(cb, r->grid[0], r->grid[1], r->grid[2]);
     }
+    if (copied)
+        vk_barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                   VK_ACCESS_HOST_READ_BIT);
     return VK_SUCCESS;
 }
 
@@ -1068,6 +1103,17 @@ static void vk_encode_slot(vk_backend *be, int s) {
             if (st) st->mark = (uint32_t)(sl->first + k);
             else r = VK_ERROR_OUT_OF_HOST_MEMORY;
         }
+    }
+    /* the last command buffer copies the read-back outputs (part of the
+     * tape: a command buffer submitted again copies them again) */
+    for (int k = 0; r == VK_SUCCESS && s == be->n_used - 1 && k < be->n_rbo; k++) {
+        vk_rec *c = vk_tape_add(sl, VK_REC_READBACK);
+        if (!c) {
+            r = VK_ERROR_OUT_OF_HOST_MEMORY;
+            break;
+        }
+        c->bi[0] = (VkDescriptorBufferInfo){.buffer = be->rbo[k].src, .offset = be->rbo[k].src_off, .range = be->rbo[k].n};
+        c->bi[1] = (VkDescriptorBufferInfo){.buffer = be->rb, .offset = be->rbo[k].at, .range = be->rbo[k].n};
     }
     const uint64_t epoch = atomic_load(&d->epoch);
     if (r == VK_SUCCESS && !no_reuse && sl->recorded && sl->rec_epoch == epoch && sl->rec_first == sl->first &&
@@ -1427,6 +1473,7 @@ static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
                            tab ? (long long)tab->ne[1] : 0LL);
         }
     }
+    be->rb_valid = st == TSL_SUCCESS && be->n_rbo > 0 && be->n_submitted == be->n_used;
     be->pending = false;
     if (st != TSL_SUCCESS && err) *err = rec;
     return st;
@@ -1494,6 +1541,59 @@ static int vk_plan(vk_backend *be, int n) {
     return used;
 }
 
+/* The outputs this compute copies back itself (TSL_FLAG_READBACK): those in
+ * this backend's tensor memory that the host cannot map, contiguous, up to
+ * VK_RB_MAX of them in VK_RB_MAX_BYTES; rb grown to hold them. Anything
+ * that does not fit, or a readback buffer that cannot be had, is read by
+ * tsl_tensor_get's own copy as before. */
+static void vk_plan_readback(vk_backend *be, const tsl_graph *g) {
+    vk_device *d = be->dev;
+    be->n_rbo = 0;
+    be->rb_valid = false;
+    size_t total = 0;
+    for (int i = 0; i < g->n_nodes && be->n_rbo < VK_RB_MAX; i++) {
+        const tsl_tensor *t = g->nodes[i];
+        const tsl_buffer *buf = t->buffer;
+        if (!(t->flags & TSL_FLAG_READBACK) || !buf || buf->be != &be->base || !buf->handle) continue;
+        const vk_buf *vb = buf->handle;
+        if (!vb->blk || vb->blk->map || vb->gen != d->gen || !tsl_is_contiguous(t)) continue;
+        const uintptr_t a = (uintptr_t)t->data, b0 = (uintptr_t)buf->base;
+        const size_t n = tsl_nbytes(t);
+        if (n == 0 || a < b0 || a - b0 > buf->size || n > buf->size - (a - b0)) continue;
+        const size_t at = (total + 255) & ~(size_t)255;
+        if (at + n > VK_RB_MAX_BYTES) continue;
+        be->rbo[be->n_rbo].vb = vb;
+        be->rbo[be->n_rbo].off = a - b0;
+        be->rbo[be->n_rbo].n = n;
+        be->rbo[be->n_rbo].at = at;
+        be->rbo[be->n_rbo].src = vb->blk->buf;
+        be->rbo[be->n_rbo].src_off = vb->off + (a - b0);
+        be->n_rbo++;
+        total = at + n;
+    }
+    if (be->n_rbo == 0 || be->rb_size >= total) return;
+    /* a larger buffer: command buffers recorded with the old one are not
+     * submitted again (the device's epoch) */
+    if (be->rb) {
+        atomic_fetch_add(&d->epoch, 1);
+        vkDestroyBuffer(d->dev, be->rb, NULL);
+        vkFreeMemory(d->dev, be->rb_mem, NULL);
+        be->rb = VK_NULL_HANDLE;
+        be->rb_mem = VK_NULL_HANDLE;
+        be->rb_map = NULL;
+        be->rb_size = 0;
+    }
+    const size_t want = total < ((size_t)1 << 20) ? (size_t)1 << 20 : total;
+    tsl_error e;
+    tsl_error_clear(&e);
+    if (vk_host_buffer(d, want, &be->rb, &be->rb_mem, &be->rb_map, &e, be->name) == TSL_SUCCESS) {
+        be->rb_size = want;
+    } else {
+        TSL_LOGI("%s: no readback buffer (%s); outputs are read by their own copies", be->name, e.message);
+        be->n_rbo = 0;
+    }
+}
+
 static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     vk_device *d = be->dev;
     if (be->pending) {
@@ -1534,6 +1634,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     if (n == 0) return TSL_SUCCESS;
 
     /* 2. encode and submit */
+    vk_plan_readback(be, g);
     uint64_t t0 = vk_now_ns();
     atomic_fetch_add_explicit(&be->st_computes, 1, memory_order_relaxed);
     int used = vk_plan(be, n);
@@ -1721,6 +1822,8 @@ static bool vk_drain(vk_backend *be) {
 static void vk_buffer_free(tsl_backend *b, void *handle) {
     vk_backend *be = (vk_backend *)b;
     vk_buf *vb = handle;
+    for (int k = 0; k < be->n_rbo; k++)
+        if (be->rbo[k].vb == vb) be->n_rbo = 0, be->rb_valid = false; /* its read-back copy goes with it */
     /* Kernels in flight may still use the memory: it goes back only once
      * they are done. On a device that never finishes it is kept (and the
      * device's objects are left allocated at teardown) rather than handed
@@ -2091,6 +2194,18 @@ static tsl_status vk_buffer_io(tsl_backend *b, void *handle, size_t offset, void
         }
         return TSL_SUCCESS;
     }
+    for (int k = 0; k < be->n_rbo; k++) {
+        const size_t lo = be->rbo[k].off, hi = lo + be->rbo[k].n;
+        if (be->rbo[k].vb != vb || offset + n <= lo || offset >= hi) continue;
+        if (write) {
+            be->rb_valid = false; /* the device's bytes change: the copy is stale */
+        } else if (be->rb_valid && !be->pending && offset >= lo && offset + n <= hi) {
+            /* copied back by the compute that made it */
+            memcpy(host, (const char *)be->rb_map + be->rbo[k].at + (offset - lo), n);
+            be->st_rb_reads++;
+            return TSL_SUCCESS;
+        }
+    }
     return vk_transfer(be, vb, offset, host, n, write, t ? t->name : NULL, err);
 }
 
@@ -2163,6 +2278,12 @@ static void vk_backend_objects_drop(vk_backend *be, vk_grave *gr) {
     VK_DROP(VK_GO_MEMORY, be->stage_mem, vkFreeMemory, false);
     be->stage_size = 0;
     be->stage_map = NULL;
+    VK_DROP(VK_GO_BUFFER, be->rb, vkDestroyBuffer, false);
+    VK_DROP(VK_GO_MEMORY, be->rb_mem, vkFreeMemory, false);
+    be->rb_size = 0;
+    be->rb_map = NULL;
+    be->n_rbo = 0;
+    be->rb_valid = false;
     VK_DROP(VK_GO_BUFFER, be->sbuf, vkDestroyBuffer, false);
     VK_DROP(VK_GO_MEMORY, be->smem, vkFreeMemory, false);
     be->swords = NULL;
@@ -2547,6 +2668,7 @@ tsl_status tsl_backend_vulkan_stats(const tsl_backend *b, tsl_vulkan_stats *out)
     out->gpu_ms = be->st_gpu_ms;
     out->last_gpu_us = be->last_gpu_us;
     out->upload_bytes = be->st_up_bytes;
+    out->readback_reads = be->st_rb_reads;
     out->upload_ms = be->st_up_ms;
     return TSL_SUCCESS;
 }

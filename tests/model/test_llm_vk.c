@@ -445,9 +445,12 @@ static void test_steady_decode(void) {
            "%llu of %llu command buffers reused over %d tokens",
            (unsigned long long)(s1.reused_command_buffers - s0.reused_command_buffers),
            (unsigned long long)(s1.submits - s0.submits), steps);
-    /* one upload (tokens, positions, mask) and one readback per token */
-    CHECKF(s1.transfers - s0.transfers <= (uint64_t)(2 * steps), "%llu transfers for %d tokens",
+    /* one upload (tokens, positions, mask) per token; the logits come back
+     * with the compute (TSL_FLAG_READBACK), with no copy of their own */
+    CHECKF(s1.transfers - s0.transfers <= (uint64_t)steps, "%llu transfers for %d tokens",
            (unsigned long long)(s1.transfers - s0.transfers), steps);
+    CHECKF(s1.readback_reads - s0.readback_reads == (uint64_t)steps, "%llu of %d logits reads from the compute's copy",
+           (unsigned long long)(s1.readback_reads - s0.readback_reads), steps);
     CHECKF(s1.upload_bytes - s0.upload_bytes <= (uint64_t)steps * 4096, "%llu bytes uploaded for %d tokens",
            (unsigned long long)(s1.upload_bytes - s0.upload_bytes), steps);
     /* past the window the graph grows once */

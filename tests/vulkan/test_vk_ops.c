@@ -1583,12 +1583,15 @@ static void test_pools_and_staging(void) {
     tsl_context *ctx = tsl_ctx_new(cp);
     tsl_tensor *x = ctx ? tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 4096) : NULL;
     tsl_tensor *y = x ? tsl_scale(ctx, x, 2.0f) : NULL;
+    if (y) y->flags |= TSL_FLAG_READBACK; /* copied back by the compute itself */
     tsl_graph *g = y ? tsl_graph_build(ctx, &y, 1) : NULL;
     tsl_buffer *buf = g ? tsl_buffer_alloc(g_vk, 2 * 4096 * sizeof(float) + 256, &err) : NULL;
     CHECK(buf != NULL && tsl_buffer_place(buf, x, 0, &err) == TSL_SUCCESS &&
           tsl_buffer_place(buf, y, 4096 * sizeof(float) + 256, &err) == TSL_SUCCESS);
     static float in[4096], out[4096], back[4096];
     int bad = 0;
+    tsl_vulkan_stats r0, r1;
+    tsl_backend_vulkan_stats(g_vk, &r0);
     for (int round = 0; buf && round < 50; round++) {
         for (int i = 0; i < 4096; i++) in[i] = (float)(round * 4096 + i);
         CHECK(tsl_tensor_set(x, in, 0, sizeof in, &err) == TSL_SUCCESS);
@@ -1605,6 +1608,26 @@ static void test_pools_and_staging(void) {
         tsl_buffer_free(tmp); /* freed with its copy maybe still in flight */
     }
     CHECKF(bad == 0, "small uploads: %d values wrong", bad);
+    /* every y was read from the compute's own copy (the command buffer
+     * submitted again as recorded copies it again: the values above) */
+    tsl_backend_vulkan_stats(g_vk, &r1);
+    CHECKF(r1.readback_reads - r0.readback_reads == 50, "%llu of 50 reads of y served by the compute's copy",
+           (unsigned long long)(r1.readback_reads - r0.readback_reads));
+    /* a part of it; then y written by the host: the copy is stale and the
+     * next read goes to the device */
+    if (buf) {
+        CHECK(tsl_tensor_get(y, out, 100 * sizeof(float), 8 * sizeof(float), &err) == TSL_SUCCESS);
+        CHECK(out[0] == 2.0f * (float)(49 * 4096 + 100) && out[7] == 2.0f * (float)(49 * 4096 + 107));
+        for (int i = 0; i < 4096; i++) in[i] = -1.0f - (float)i;
+        CHECK(tsl_tensor_set(y, in, 0, sizeof in, &err) == TSL_SUCCESS);
+        CHECK(tsl_tensor_get(y, out, 0, sizeof out, &err) == TSL_SUCCESS);
+        int stale = 0;
+        for (int i = 0; i < 4096; i++) stale += out[i] != -1.0f - (float)i;
+        CHECKF(stale == 0, "a read after the host wrote y returned %d values of the compute's copy", stale);
+        tsl_vulkan_stats r2;
+        tsl_backend_vulkan_stats(g_vk, &r2);
+        CHECK(r2.readback_reads == r1.readback_reads + 1);
+    }
     tsl_buffer_free(buf);
     tsl_ctx_free(ctx);
 }
