@@ -838,7 +838,10 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
     VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR fdot = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
         .shaderIntegerDotProduct = VK_TRUE};
-    if (d->f.int_dot) {
+    /* with VK_NV_cooperative_matrix2 the Vulkan 1.3 feature struct goes in
+     * (maintenance4, below), which then carries integer dot products: a
+     * chain may not hold both it and their own struct */
+    if (d->f.int_dot && !d->f.coopmat2) {
         *tail = &fdot;
         tail = &fdot.pNext;
     }
@@ -848,7 +851,8 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
                             .conversions = VK_TRUE,
                             .tensorAddressing = VK_TRUE};
     VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
-                                            .maintenance4 = VK_TRUE};
+                                            .maintenance4 = VK_TRUE,
+                                            .shaderIntegerDotProduct = d->f.int_dot};
     if (d->f.coopmat2) {
         *tail = &fcm2;
         tail = &fcm2.pNext;
