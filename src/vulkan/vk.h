@@ -418,6 +418,8 @@ void vk_mem_free(vk_device *d, vk_buf *b);
 /* A host-visible coherent buffer (staging, status words): mapped. */
 tsl_status vk_host_buffer(vk_device *d, VkDeviceSize size, VkBuffer *buf, VkDeviceMemory *mem, void **map,
                           tsl_error *err, const char *bname);
+/* The host-visible buffer vk_host_buffer made, destroyed (handles NULL). */
+void vk_host_buffer_free(vk_device *d, VkBuffer *buf, VkDeviceMemory *mem, void **map);
 
 /* ---- pipelines (vk_pipeline.c) ------------------------------------------- */
 

@@ -1576,11 +1576,7 @@ static void vk_plan_readback(vk_backend *be, const tsl_graph *g) {
      * submitted again (the device's epoch) */
     if (be->rb) {
         atomic_fetch_add(&d->epoch, 1);
-        vkDestroyBuffer(d->dev, be->rb, NULL);
-        vkFreeMemory(d->dev, be->rb_mem, NULL);
-        be->rb = VK_NULL_HANDLE;
-        be->rb_mem = VK_NULL_HANDLE;
-        be->rb_map = NULL;
+        vk_host_buffer_free(d, &be->rb, &be->rb_mem, &be->rb_map);
         be->rb_size = 0;
     }
     const size_t want = total < ((size_t)1 << 20) ? (size_t)1 << 20 : total;
@@ -2082,11 +2078,7 @@ static tsl_status vk_stage_ensure(vk_backend *be, size_t n, tsl_error *err) {
     if (be->stage && be->stage_size >= want) return TSL_SUCCESS;
     vk_device *d = be->dev;
     if (be->stage) {
-        vkDestroyBuffer(d->dev, be->stage, NULL);
-        vkFreeMemory(d->dev, be->stage_mem, NULL);
-        be->stage = VK_NULL_HANDLE;
-        be->stage_mem = VK_NULL_HANDLE;
-        be->stage_map = NULL;
+        vk_host_buffer_free(d, &be->stage, &be->stage_mem, &be->stage_map);
         be->stage_size = 0;
     }
     tsl_status st = vk_host_buffer(d, want, &be->stage, &be->stage_mem, &be->stage_map, err, be->name);

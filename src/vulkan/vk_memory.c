@@ -328,3 +328,11 @@ tsl_status vk_host_buffer(vk_device *d, VkDeviceSize size, VkBuffer *buf, VkDevi
     }
     return TSL_SUCCESS;
 }
+
+void vk_host_buffer_free(vk_device *d, VkBuffer *buf, VkDeviceMemory *mem, void **map) {
+    if (*buf) vkDestroyBuffer(d->dev, *buf, NULL);
+    if (*mem) vkFreeMemory(d->dev, *mem, NULL);
+    *buf = VK_NULL_HANDLE;
+    *mem = VK_NULL_HANDLE;
+    *map = NULL;
+}
