@@ -407,6 +407,13 @@ static void run_family(int fam) {
                 fprintf(stderr, "  %s: %s: %s\n", k->name, what, why);
                 fails++;
             }
+            if (st == TSL_DEVICE_LOST) {
+                /* a kernel that hung the GPU: recover, so the cases and
+                 * kernels after it are still tested (and reported) */
+                tsl_error rerr;
+                CHECKF(tsl_backend_recover(g_vk, &rerr) == TSL_SUCCESS, "recover after %s: %s", k->name,
+                       rerr.message);
+            }
         }
         CHECKF(fails == 0, "%s: %d of %d cases failed", k->name, fails, nc);
         printf("  %-38s %-18s %d cases, max error %.3g (%.0f%% of tolerance)\n", k->name, family_name(fam), nc,
