@@ -1627,6 +1627,20 @@ static void test_pools_and_staging(void) {
         tsl_vulkan_stats r2;
         tsl_backend_vulkan_stats(g_vk, &r2);
         CHECK(r2.readback_reads == r1.readback_reads + 1);
+        /* a compute that fails (a transient rejection at submit) leaves no
+         * copy to read: the next read goes to the device */
+        CHECK(tsl_backend_inject(g_vk, "retry@times=1", &err) == TSL_SUCCESS);
+        CHECK(tsl_backend_graph_compute(g_vk, g, &err) == TSL_RETRY);
+        tsl_backend_inject_clear(g_vk);
+        CHECK(tsl_tensor_get(y, out, 0, sizeof out, &err) == TSL_SUCCESS);
+        tsl_vulkan_stats r3;
+        tsl_backend_vulkan_stats(g_vk, &r3);
+        CHECK(r3.readback_reads == r2.readback_reads);
+        /* and the next one that succeeds has its copy read again */
+        CHECK(tsl_backend_graph_compute(g_vk, g, &err) == TSL_SUCCESS);
+        CHECK(tsl_tensor_get(y, out, 0, sizeof out, &err) == TSL_SUCCESS);
+        tsl_backend_vulkan_stats(g_vk, &r3);
+        CHECK(r3.readback_reads == r2.readback_reads + 1);
     }
     tsl_buffer_free(buf);
     tsl_ctx_free(ctx);
