@@ -493,6 +493,8 @@ typedef struct tsl_vulkan_stats {
     double encode_ms;          /* host time spent encoding, summed over threads */
     double last_encode_us_per_node; /* last compute: wall time of encoding and
                                        submitting, per compute node */
+    double last_resolve_us;    /* last compute: host time choosing its kernels and fusions,
+                                  before encoding (not in last_encode_us_per_node) */
     int last_command_buffers;  /* last compute: command buffers used */
     uint64_t validation_errors; /* validation-layer errors reported so far
                                    (process-wide; 0 without TSL_VULKAN_VALIDATE) */

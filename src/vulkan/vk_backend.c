@@ -2648,6 +2648,7 @@ tsl_status tsl_backend_vulkan_stats(const tsl_backend *b, tsl_vulkan_stats *out)
     out->computes = atomic_load(&be->st_computes);
     out->submits = atomic_load(&be->st_submits);
     out->dispatches = atomic_load(&be->st_dispatches);
+    out->last_resolve_us = (double)atomic_load_explicit(&be->base.resolve_ns, memory_order_relaxed) / 1e3;
     out->set_dispatches = atomic_load(&be->st_set_dispatches);
     out->barriers = atomic_load(&be->st_barriers);
     out->reused_command_buffers = atomic_load(&be->st_reused);
