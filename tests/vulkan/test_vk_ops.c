@@ -1535,6 +1535,19 @@ static void test_unsupported(void) {
 
 /* ---- the other paths: descriptor pools and staging copies ----------------------------- */
 
+/* g_vk made again on device index with the environment pairs env (name,
+ * value, ..., NULL) set while it is made (the device object is made again
+ * only when no backend holds it); false, checked, when it cannot be. */
+static bool vk_remake(int index, const char *const *env) {
+    tsl_error err;
+    tsl_backend_free(g_vk);
+    for (int i = 0; env[i]; i += 2) setenv(env[i], env[i + 1], 1);
+    g_vk = tsl_backend_vulkan_new(index, &err);
+    for (int i = 0; env[i]; i += 2) unsetenv(env[i]);
+    CHECK(g_vk != NULL);
+    return g_vk != NULL;
+}
+
 /* A long chain of small nodes. */
 static void build_chain(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
     int len = *(const int *)arg;
@@ -1548,15 +1561,9 @@ static void test_pools_and_staging(void) {
     tsl_error err;
     tsl_vulkan_device_info info;
     CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);
-    /* the device object is made again only when no backend holds it */
-    tsl_backend_free(g_vk);
-    setenv("TSL_VULKAN_NO_PUSH_DESCRIPTORS", "1", 1);
-    setenv("TSL_VULKAN_STAGING", "1", 1);
-    g_vk = tsl_backend_vulkan_new(info.index, &err);
-    unsetenv("TSL_VULKAN_NO_PUSH_DESCRIPTORS");
-    unsetenv("TSL_VULKAN_STAGING");
-    CHECK(g_vk != NULL);
-    if (!g_vk) return;
+    if (!vk_remake(info.index,
+                   (const char *[]){"TSL_VULKAN_NO_PUSH_DESCRIPTORS", "1", "TSL_VULKAN_STAGING", "1", NULL}))
+        return;
     tsl_vulkan_stats s0, s1;
     tsl_backend_vulkan_stats(g_vk, &s0);
     vkt_stat st = {.name = "pools+staging"};
@@ -1655,12 +1662,9 @@ static void test_mixed_binding(void) {
     tsl_vulkan_device_info info;
     CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);
     CHECKF(info.push_descriptors, "the test needs a device with push descriptors (lavapipe has them)");
-    tsl_backend_free(g_vk);
-    setenv("TSL_VULKAN_SET_KERNELS", "add_f32,rms_norm_mul_f32,soft_max_f32_mask_f32", 1);
-    g_vk = tsl_backend_vulkan_new(info.index, &err);
-    unsetenv("TSL_VULKAN_SET_KERNELS");
-    CHECK(g_vk != NULL);
-    if (!g_vk) return;
+    if (!vk_remake(info.index,
+                   (const char *[]){"TSL_VULKAN_SET_KERNELS", "add_f32,rms_norm_mul_f32,soft_max_f32_mask_f32", NULL}))
+        return;
     tsl_vulkan_stats s0, s1;
     tsl_backend_vulkan_stats(g_vk, &s0);
     vkt_stat st = {.name = "mixed binding"};
@@ -1693,9 +1697,7 @@ static void test_mixed_binding(void) {
     vkt_print(&st);
     tsl_backend_vulkan_set_command_buffers(g_vk, 4, &err);
     /* the default backend again: nothing of this test's kernels bound so */
-    tsl_backend_free(g_vk);
-    g_vk = tsl_backend_vulkan_new(info.index, &err);
-    CHECK(g_vk != NULL);
+    vk_remake(info.index, (const char *[]){NULL});
 }
 
 /* With TSL_VULKAN_VALIDATE=1 the Khronos layer watched everything above. */
