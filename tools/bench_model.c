@@ -213,7 +213,7 @@ static double bm_vk_copy_gbs(bm_vkcopy *v, tsl_backend *be, int reps, bool *gpu,
 
 typedef struct bm_split {
     int tokens;
-    double wall_ms, build_ms, input_ms, compute_ms, output_ms, encode_ms, gpu_ms, resolve_ms, wait_ms;
+    double wall_ms, build_ms, input_ms, compute_ms, output_ms, encode_ms, gpu_ms, resolve_ms, wait_ms, sched_ms;
     double dispatches, barriers, submits, reused, splits, copies;
     bool gpu_timed;
 } bm_split;
@@ -226,6 +226,7 @@ static void bm_split_add(bm_split *a, const tsl_llm_ctx *c, const tsl_vulkan_sta
     a->build_ms += tm->build_ms + tm->plan_ms;
     a->input_ms += tm->input_ms;
     a->compute_ms += tm->compute_ms;
+    a->sched_ms += tm->sched_ms;
     a->output_ms += tm->output_ms;
     /* the compute's wall time of encoding and submitting: per node, times
      * the nodes it encoded (the graph's kernels, when it ran in one split) */
@@ -233,14 +234,15 @@ static void bm_split_add(bm_split *a, const tsl_llm_ctx *c, const tsl_vulkan_sta
     a->encode_ms += enc;
     a->resolve_ms += s1->last_resolve_us * 1e-3;
     if (s1->gpu_timing && s1->gpu_ms > s0->gpu_ms) {
-        const double gpu = s1->gpu_ms - s0->gpu_ms, wait = tm->compute_ms - s1->last_resolve_us * 1e-3 - enc - gpu;
+        const double gpu = s1->gpu_ms - s0->gpu_ms, wait = tm->compute_ms - tm->sched_ms - s1->last_resolve_us * 1e-3 - enc - gpu;
         a->gpu_ms += gpu;
-        /* the compute's wall time outside its resolve, encoding and the
-         * GPU's timestamps: submission, the GPU starting, the host waking */
+        /* the compute's wall time outside the scheduler's planning, the
+         * backend's resolve and encoding and the GPU's timestamps:
+         * submission, the GPU starting, the host waking */
         a->wait_ms += wait > 0 ? wait : 0;
     } else {
         a->gpu_timed = false;
-        const double rest = tm->compute_ms - enc - s1->last_resolve_us * 1e-3;
+        const double rest = tm->compute_ms - tm->sched_ms - enc - s1->last_resolve_us * 1e-3;
         a->gpu_ms += rest > 0 ? rest : 0;
     }
     a->dispatches += (double)(s1->dispatches - s0->dispatches);
@@ -442,7 +444,7 @@ int bench_model(int argc, char **argv) {
     const double ratio_med = bm_median(rsorted, rounds), ratio_min = rsorted[0], ratio_max = rsorted[rounds - 1];
     const double copy_gbs = vk ? copy_best : bm_median(copy, rounds);
     const double nt = sp.tokens > 0 ? sp.tokens : 1;
-    const double host_ms = (sp.build_ms + sp.input_ms + sp.resolve_ms + sp.encode_ms) / nt;
+    const double host_ms = (sp.build_ms + sp.input_ms + sp.sched_ms + sp.resolve_ms + sp.encode_ms) / nt;
     if (json) {
         printf("{\"model\":");
         cli_json_str(stdout, in->name, strlen(in->name));
@@ -462,10 +464,10 @@ int bench_model(int argc, char **argv) {
             printf(",\"weight_buffers\":%d,\"weight_buffers_file_layout\":%d,\"weight_device_bytes\":%llu", di.n_buffers,
                    di.n_file_layout, (unsigned long long)di.bytes);
             printf(",\"copy_bytes\":%zu,\"per_token\":{\"wall_ms\":%.4f,\"host_ms\":%.4f,\"graph_ms\":%.4f,"
-                   "\"inputs_ms\":%.4f,\"resolve_ms\":%.4f,\"encode_submit_ms\":%.4f,\"compute_ms\":%.4f,"
+                   "\"inputs_ms\":%.4f,\"sched_ms\":%.4f,\"resolve_ms\":%.4f,\"encode_submit_ms\":%.4f,\"compute_ms\":%.4f,"
                    "\"logits_ms\":%.4f,\"gpu_ms\":%.4f,\"wait_ms\":%.4f,\"gpu_timer\":\"%s\",\"dispatches\":%.1f,"
                    "\"barriers\":%.1f,\"submits\":%.2f,\"reused\":%.2f,\"splits\":%.2f,\"copies\":%.2f}",
-                   2 * vcopy.bytes, sp.wall_ms / nt, host_ms, sp.build_ms / nt, sp.input_ms / nt, sp.resolve_ms / nt,
+                   2 * vcopy.bytes, sp.wall_ms / nt, host_ms, sp.build_ms / nt, sp.input_ms / nt, sp.sched_ms / nt, sp.resolve_ms / nt,
                    sp.encode_ms / nt, sp.compute_ms / nt, sp.output_ms / nt, sp.gpu_ms / nt, sp.wait_ms / nt,
                    sp.gpu_timed ? "timestamps" : "compute wall less encode+submit", sp.dispatches / nt,
                    sp.barriers / nt, sp.submits / nt, sp.reused / nt, sp.splits / nt, sp.copies / nt);
@@ -488,9 +490,10 @@ int bench_model(int argc, char **argv) {
                    "run, %s time); ratio %.1f%% (median of %d rounds, %.1f%%..%.1f%%)\n",
                    gbs, copy_gbs, (2 * vcopy.bytes) >> 20, copy_gpu ? "GPU" : "wall", 100.0 * ratio_med, rounds,
                    100.0 * ratio_min, 100.0 * ratio_max);
-            printf("decode per token: %.3f ms wall; host %.3f ms (graph %.3f, inputs %.3f, resolve %.3f, encode+submit "
-                   "%.3f); GPU %.3f ms (%s); waiting %.3f ms (submission, GPU start, wake-up); logits read %.3f ms\n",
-                   sp.wall_ms / nt, host_ms, sp.build_ms / nt, sp.input_ms / nt, sp.resolve_ms / nt, sp.encode_ms / nt,
+            printf("decode per token: %.3f ms wall; host %.3f ms (graph %.3f, inputs %.3f, scheduling %.3f, resolve %.3f, "
+                   "encode+submit %.3f); GPU %.3f ms (%s); waiting %.3f ms (submission, GPU start, wake-up); logits read %.3f ms\n",
+                   sp.wall_ms / nt, host_ms, sp.build_ms / nt, sp.input_ms / nt, sp.sched_ms / nt, sp.resolve_ms / nt,
+                   sp.encode_ms / nt,
                    sp.gpu_ms / nt, sp.gpu_timed ? "timestamps" : "estimate: compute wall less resolve and encode+submit",
                    sp.wait_ms / nt, sp.output_ms / nt);
             printf("decode per token: %.0f dispatches, %.0f barriers, %.1f submits (%.1f reused as recorded), %.1f "

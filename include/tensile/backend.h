@@ -357,6 +357,13 @@ int tsl_sched_n_splits(const tsl_sched *s);
 tsl_backend *tsl_sched_split_backend(const tsl_sched *s, int split, int *first_node, int *n_nodes);
 /* Copies made into other backends' memory by the last compute. */
 int tsl_sched_n_copies(const tsl_sched *s);
+/* Host time of the last compute's planning (assignment, splits, copies,
+ * placement), in microseconds: the part of tsl_sched_compute before any
+ * backend runs. */
+double tsl_sched_plan_us(const tsl_sched *s);
+/* Computes that ran the plan kept from the compute before (the same graph,
+ * unchanged, on backends whose supported ops had not changed). */
+uint64_t tsl_sched_n_reused(const tsl_sched *s);
 
 /* ------------------------------------------------------------------------ */
 /* Vulkan                                                                    */

@@ -69,6 +69,11 @@ typedef struct tsl_backend_vtable {
      * (lost true), or only drop built kernels (lost false). Called by
      * tsl_backend_recover before the buffers are recreated; may be NULL. */
     tsl_status (*recover)(tsl_backend *be, bool lost, tsl_error *err);
+    /* A count that moves whenever supports_op may answer differently for
+     * reasons of the backend's own (beyond tsl_backend.support_gen): a
+     * kernel that failed on another backend of a shared device. May be
+     * NULL. A scheduler keeps its plan while it stays the same. */
+    uint64_t (*support_gen)(const tsl_backend *be);
 } tsl_backend_vtable;
 
 /* ---- the device: loss latch and buffer list ------------------------------ */
@@ -136,6 +141,8 @@ struct tsl_backend {
     backend_kcache kcache;      /* kernels that failed to build */
     _Atomic uint64_t resolve_ns; /* time the last compute spent in its resolve pass
                                     (lookups, ledger, injection checks), for benchmarks */
+    _Atomic uint64_t support_gen; /* bumped when supports_op may answer differently:
+                                     a kernel failure cached or forgotten, a recovery */
 };
 
 static inline bool backend_kernel_any_failed(tsl_backend *be) {

@@ -305,6 +305,7 @@ tsl_status tsl_backend_recover(tsl_backend *be, tsl_error *err) {
     }
     /* kernels are rebuilt on next use; one still broken fails again then */
     backend_kernel_cache_clear(be);
+    atomic_fetch_add_explicit(&be->support_gen, 1, memory_order_release);
     double ms = recover_now_ms() - t0;
     pthread_mutex_lock(&d->mu);
     if (lost) {
@@ -367,6 +368,7 @@ void backend_kernel_fail(tsl_backend *be, const char *name, const tsl_error *rec
                   "could not be built");
     atomic_store_explicit(&c->n, n + 1, memory_order_release);
     pthread_mutex_unlock(&c->mu);
+    atomic_fetch_add_explicit(&be->support_gen, 1, memory_order_release);
 }
 
 void backend_kernel_cache_clear(tsl_backend *be) {
@@ -374,6 +376,7 @@ void backend_kernel_cache_clear(tsl_backend *be) {
     pthread_mutex_lock(&be->kcache.mu);
     atomic_store_explicit(&be->kcache.n, 0, memory_order_release);
     pthread_mutex_unlock(&be->kcache.mu);
+    atomic_fetch_add_explicit(&be->support_gen, 1, memory_order_release);
 }
 
 int tsl_backend_build_kernels(tsl_backend *be, tsl_kernel_fn fn, void *user) {

@@ -1,7 +1,8 @@
 /*
  * sched.c - the scheduler: one graph computed over several backends.
  *
- * A compute is planned from scratch every time, in five steps:
+ * A compute is planned in five steps (or the last plan is reused: see
+ * Reuse below):
  *
  *  1. Assign. Each compute node goes to the first backend, in the caller's
  *     order, that supports it (tsl_backend_supports_op, which turns false
@@ -62,10 +63,22 @@
  * grow), so a node's buffer is only compared with the live buffers of the
  * scheduler's devices, never followed, before it is trusted.
  *
- * Trade-offs. Replanning every compute costs one supports_op per node and
- * backend plus one allocator plan per backend; it is what lets a kernel
- * failure reroute the very next compute, and it stays far below compute
- * time. Copies are made per split and kept for the whole compute (no reuse
+ * Reuse. Planning costs one supports_op per node and backend plus one
+ * allocator plan per backend: a third of a millisecond for a 0.5B model's
+ * decode token, as much as its kernels' host work. After a compute that
+ * succeeded, its plan is kept with a copy of every node of the graph and of
+ * every tensor the nodes read from outside it (and that tensor's buffer's
+ * backend), and each backend's support count (tsl_backend.support_gen, and
+ * the backend's own, vtable support_gen: kernels failed or forgiven,
+ * recovery). The next compute of a graph whose nodes and outside tensors
+ * compare equal, byte for byte, while no count has moved, runs the kept
+ * plan as it is (its shadows, copies and placement); anything else -- a
+ * node changed, another graph, a kernel failure, a recovery, a failed
+ * compute -- plans afresh. So a kernel failure still reroutes the very next
+ * compute. The comparison reads the graph's metadata once (tens of
+ * microseconds for a thousand nodes).
+ *
+ * Trade-offs. Copies are made per split and kept for the whole compute (no reuse
  * among copies), which costs memory only when a graph bounces between
  * devices many times. A scheduler serves one thread at a time.
  */
@@ -74,6 +87,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend_impl.h"
 #include "core/core.h"
@@ -118,6 +132,7 @@ struct tsl_sched {
     tsl_tensor *shadow;  /* shadow of each node */
     tsl_tensor **order;  /* &shadow[i]: the node arrays of the split graphs */
     bool *pre;           /* node placed by its owner (sched_preplaced) */
+    bool *ours;          /* node whose memory the plan places (its shadow's address cleared) */
     tsl_tensor **plan_nodes, **plan_leafs;
     int *plan_index;     /* plan graph node -> caller's node index */
     const tsl_buffer *own[SCHED_MAX_BACKENDS]; /* each allocator's buffer, as last seen */
@@ -128,6 +143,23 @@ struct tsl_sched {
     sched_copy *copies;
     int n_copies, cap_copies;
     int n_copied; /* copies made by the last compute */
+    uint64_t plan_ns; /* host time of the last compute's planning */
+
+    /* The plan kept for the next compute (see "Reuse" above): the caller's
+     * nodes and the tensors they read from outside the graph, as they were
+     * when the last compute succeeded, and what each backend's supports_op
+     * rested on then. */
+    bool kept;
+    int kept_n;
+    tsl_tensor **kept_ptr; /* cap_nodes */
+    tsl_tensor *kept_node; /* cap_nodes */
+    const tsl_tensor **kept_leaf;
+    tsl_tensor *kept_leaf_val;
+    const tsl_backend **kept_leaf_be;
+    int n_kept_leaf, cap_kept_leaf;
+    int kept_splits, kept_copies;
+    uint64_t kept_gen[SCHED_MAX_BACKENDS];
+    uint64_t n_reused; /* computes that ran the kept plan */
     tsl_context *cctx;
 
     unsigned char *staging;
@@ -384,11 +416,17 @@ void tsl_sched_free(tsl_sched *s) {
     free(s->be);
     free(s->assign);
     free(s->pre);
+    free(s->ours);
     free(s->shadow);
     free(s->order);
     free(s->plan_nodes);
     free(s->plan_leafs);
     free(s->plan_index);
+    free(s->kept_ptr);
+    free(s->kept_node);
+    free(s->kept_leaf);
+    free(s->kept_leaf_val);
+    free(s->kept_leaf_be);
     free(s->map);
     free(s->splits);
     free(s->copies);
@@ -408,6 +446,16 @@ tsl_backend *tsl_sched_split_backend(const tsl_sched *s, int split, int *first_n
 
 int tsl_sched_n_copies(const tsl_sched *s) { return s ? s->n_copied : 0; }
 
+double tsl_sched_plan_us(const tsl_sched *s) { return s ? (double)s->plan_ns / 1e3 : 0; }
+
+uint64_t tsl_sched_n_reused(const tsl_sched *s) { return s ? s->n_reused : 0; }
+
+static uint64_t sched_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- planning ------------------------------------------------------------- */
 
 static tsl_status sched_reserve(tsl_sched *s, const tsl_graph *g, tsl_error *err) {
@@ -426,7 +474,13 @@ static tsl_status sched_reserve(tsl_sched *s, const tsl_graph *g, tsl_error *err
         if (pn) s->plan_nodes = pn;
         int *pi = realloc(s->plan_index, (size_t)cap * sizeof *pi);
         if (pi) s->plan_index = pi;
-        if (!assign || !pre || !shadow || !order || !pn || !pi)
+        tsl_tensor **kp = realloc(s->kept_ptr, (size_t)cap * sizeof *kp);
+        if (kp) s->kept_ptr = kp;
+        tsl_tensor *kn = realloc(s->kept_node, (size_t)cap * sizeof *kn);
+        if (kn) s->kept_node = kn;
+        bool *ours = realloc(s->ours, (size_t)cap * sizeof *ours);
+        if (ours) s->ours = ours;
+        if (!assign || !pre || !shadow || !order || !pn || !pi || !kp || !kn || !ours)
             return sched_fail(s, err, TSL_ALLOC_FAILED, -1, -1, -1, NULL,
                               "out of host memory planning a graph of %d nodes", n);
         s->cap_nodes = cap;
@@ -534,6 +588,7 @@ static void sched_make_shadows(tsl_sched *s, const tsl_graph *g) {
             t->buffer = NULL;
             t->extra = NULL;
         }
+        s->ours[i] = ours;
         s->order[i] = t;
     }
 }
@@ -830,6 +885,98 @@ static tsl_status sched_run(tsl_sched *s, tsl_error *err) {
 }
 
 /* The caller reads results through its own tensors. */
+/* ---- reuse ------------------------------------------------------------------ */
+
+/* What backend b's supports_op answers rest on (kernel failures, recovery). */
+static uint64_t sched_support_gen(const tsl_sched *s, int b) {
+    const tsl_backend *be = s->be[b];
+    uint64_t g = atomic_load_explicit(&be->support_gen, memory_order_acquire);
+    return g + (be->vt->support_gen ? be->vt->support_gen(be) : 0);
+}
+
+/* Call f(s, x, k) on every tensor a node reads from outside the graph, in
+ * the same order every time; k counts them. */
+#define SCHED_FOR_LEAVES(s, g, x, BODY)                                                          \
+    for (int i_ = 0; i_ < (g)->n_nodes; i_++) {                                                  \
+        const tsl_tensor *o_ = (g)->nodes[i_];                                                    \
+        for (int j_ = 0; j_ <= TSL_MAX_SRC; j_++) {                                               \
+            const tsl_tensor *x = j_ < TSL_MAX_SRC ? o_->src[j_] : o_->view_src;                  \
+            if (!x || sched_node_of(s, x) >= 0) continue;                                         \
+            BODY                                                                                  \
+        }                                                                                         \
+    }
+
+/* A leaf's buffer's backend: the planner follows a leaf's buffer (its
+ * weights decide where an op runs), so it is compared too. */
+static const tsl_backend *sched_leaf_be(const tsl_tensor *x) { return x->buffer ? x->buffer->be : NULL; }
+
+/* Keep the plan of g, which just computed successfully. */
+static void sched_keep(tsl_sched *s, const tsl_graph *g) {
+    s->kept = false;
+    int nl = 0;
+    SCHED_FOR_LEAVES(s, g, x, { (void)x; nl++; })
+    if (nl > s->cap_kept_leaf) {
+        int cap = nl < 64 ? 64 : nl;
+        const tsl_tensor **l = realloc((void *)s->kept_leaf, (size_t)cap * sizeof *l);
+        if (l) s->kept_leaf = l;
+        tsl_tensor *v = realloc(s->kept_leaf_val, (size_t)cap * sizeof *v);
+        if (v) s->kept_leaf_val = v;
+        const tsl_backend **lb = realloc((void *)s->kept_leaf_be, (size_t)cap * sizeof *lb);
+        if (lb) s->kept_leaf_be = lb;
+        if (!l || !v || !lb) return; /* planned afresh next time */
+        s->cap_kept_leaf = cap;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        s->kept_ptr[i] = g->nodes[i];
+        memcpy(&s->kept_node[i], g->nodes[i], sizeof(tsl_tensor));
+    }
+    int k = 0;
+    SCHED_FOR_LEAVES(s, g, x, {
+        s->kept_leaf[k] = x;
+        memcpy(&s->kept_leaf_val[k], x, sizeof(tsl_tensor));
+        s->kept_leaf_be[k] = sched_leaf_be(x);
+        k++;
+    })
+    s->n_kept_leaf = k;
+    s->kept_n = g->n_nodes;
+    s->kept_splits = s->n_splits;
+    s->kept_copies = s->n_copies;
+    for (int b = 0; b < s->n_be; b++) s->kept_gen[b] = sched_support_gen(s, b);
+    s->kept = true;
+}
+
+/* Is node i as kept? An activation the plan placed may have had its
+ * address cleared since (so that it is placed again): the same plan. */
+static bool sched_node_same(const tsl_sched *s, int i, const tsl_tensor *t) {
+    const tsl_tensor *k = &s->kept_node[i];
+    if (memcmp(t, k, sizeof *t) == 0) return true;
+    if (!s->ours[i] || t->data || t->buffer) return false;
+    tsl_tensor c;
+    memcpy(&c, t, sizeof c);
+    c.data = k->data;
+    c.buffer = k->buffer;
+    return memcmp(&c, k, sizeof c) == 0;
+}
+
+/* Is the kept plan g's: the same nodes, each as it was, reading the same
+ * outside tensors as they were, on backends whose answers have not moved? */
+static bool sched_kept_fits(const tsl_sched *s, const tsl_graph *g) {
+    if (!s->kept || g->n_nodes != s->kept_n) return false;
+    for (int b = 0; b < s->n_be; b++)
+        if (sched_support_gen(s, b) != s->kept_gen[b]) return false;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i] != s->kept_ptr[i] || !sched_node_same(s, i, g->nodes[i])) return false;
+    int k = 0;
+    bool same = true;
+    SCHED_FOR_LEAVES(s, g, x, {
+        if (!same) break;
+        same = k < s->n_kept_leaf && s->kept_leaf[k] == x && s->kept_leaf_be[k] == sched_leaf_be(x) &&
+               memcmp(x, &s->kept_leaf_val[k], sizeof(tsl_tensor)) == 0;
+        k++;
+    })
+    return same && k == s->n_kept_leaf;
+}
+
 static void sched_publish(tsl_sched *s, tsl_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         const tsl_tensor *t = &s->shadow[i];
@@ -848,6 +995,7 @@ tsl_status tsl_sched_compute(tsl_sched *s, tsl_graph *g, tsl_error *err) {
     s->n_splits = 0;
     s->n_copies = 0;
     s->n_copied = 0;
+    s->plan_ns = 0;
     if (!g)
         return sched_fail(s, err, TSL_FAILED, -1, -1, -1, NULL,
                           "sched_compute: graph is NULL (did graph_build fail? check tsl_ctx_error)");
@@ -858,6 +1006,18 @@ tsl_status tsl_sched_compute(tsl_sched *s, tsl_graph *g, tsl_error *err) {
         if (!g->nodes[i]) return sched_fail(s, err, TSL_FAILED, -1, -1, i, NULL, "graph node %d is NULL", i);
     if (g->n_nodes == 0) return TSL_SUCCESS;
 
+    const uint64_t t0 = sched_now_ns();
+    if (sched_kept_fits(s, g)) {
+        s->n_splits = s->kept_splits;
+        s->n_copies = s->kept_copies;
+        s->plan_ns = sched_now_ns() - t0;
+        s->n_reused++;
+        tsl_status st = sched_run(s, err);
+        sched_publish(s, g);
+        if (st != TSL_SUCCESS) s->kept = false;
+        return st;
+    }
+    s->kept = false;
     tsl_status st = sched_reserve(s, g, err);
     for (int i = 0; i < g->n_nodes && st == TSL_SUCCESS; i++) st = sched_assign_node(s, g, i, err);
     if (st != TSL_SUCCESS) return st;
@@ -865,8 +1025,10 @@ tsl_status tsl_sched_compute(tsl_sched *s, tsl_graph *g, tsl_error *err) {
     st = sched_make_splits(s, g, err);
     if (st == TSL_SUCCESS) st = sched_make_copies(s, g, err);
     if (st == TSL_SUCCESS) st = sched_place(s, g, err);
+    s->plan_ns = sched_now_ns() - t0;
     if (st != TSL_SUCCESS) return st;
     st = sched_run(s, err);
     sched_publish(s, g);
+    if (st == TSL_SUCCESS) sched_keep(s, g);
     return st;
 }

@@ -1042,6 +1042,10 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
     if (ctx == c->dg_ctx) c->dg_host_weights = c->tm.n_host_weights - hw_start;
     c->tm.n_splits = c->sched ? tsl_sched_n_splits(c->sched) : 1;
     c->tm.n_copies = c->sched ? tsl_sched_n_copies(c->sched) : 0;
+    if (c->sched) {
+        c->tm.sched_ms += tsl_sched_plan_us(c->sched) * 1e-3;
+        c->tm.n_plans_reused = tsl_sched_n_reused(c->sched);
+    }
     c->dev_only[n > 1] = s == TSL_SUCCESS && c->tm.n_splits == 1 && c->tm.n_host_weights == 0 &&
                          c->tm.n_kernel_retries == 0;
     if (s != TSL_SUCCESS) goto done;

@@ -181,6 +181,7 @@ typedef struct llm_timings {
     double plan_ms;    /* placing them (graph allocator or scheduler planning is inside compute) */
     double input_ms;   /* filling and uploading tokens, positions and mask */
     double compute_ms; /* the compute calls (scheduler: planning, copies and every split) */
+    double sched_ms;   /* of compute_ms, the scheduler's planning (assignment, splits, placement) */
     double output_ms;  /* reading the logits back */
     int n_nodes;       /* nodes of the last graph */
     int n_compute;     /* of those, nodes that run a kernel (not views) */
@@ -190,6 +191,7 @@ typedef struct llm_timings {
     int n_kernel_retries; /* computes run again after a kernel failed to build (moved to the CPU) */
     int n_host_weights;   /* weight reads of nodes the device cannot run, pointed at the mapping */
     int n_graphs_reused;  /* single-token graphs moved to the next position rather than built */
+    uint64_t n_plans_reused; /* computes that ran the scheduler's kept plan (tsl_sched_n_reused) */
     const tsl_buffer *act_buffer; /* the buffer holding the last graph's logits (activations) */
 } llm_timings;
 const llm_timings *llm_ctx_timings(const tsl_llm_ctx *c);

@@ -324,6 +324,9 @@ typedef struct vk_device {
      * freed, a recovery): command buffers recorded before reference it and
      * are never submitted again (vk_backend.c reuses the others) */
     _Atomic uint64_t epoch;
+    /* bumped when a kernel turns failed or is forgiven (supports_op of
+     * every backend on the device answers by it) */
+    _Atomic uint64_t kfail_gen;
 
     /* recovery: the device's objects are made again on a new VkDevice; the
      * old ones wait in graves until they are provably idle */

@@ -2346,6 +2346,9 @@ static void vk_free(tsl_backend *b) {
 static void vk_vt_kernel_name(const tsl_backend *b, const tsl_tensor *node, char *buf, size_t n);
 static tsl_status vk_recover(tsl_backend *b, bool lost, tsl_error *err);
 static tsl_status vk_backend_objects(vk_backend *be, tsl_error *err);
+static uint64_t vk_support_gen(const tsl_backend *b) {
+    return atomic_load_explicit(&((const vk_backend *)b)->dev->kfail_gen, memory_order_acquire);
+}
 
 static const tsl_backend_vtable vk_vtable = {
     .name = vk_name,
@@ -2364,6 +2367,7 @@ static const tsl_backend_vtable vk_vtable = {
     .kernel_name = vk_vt_kernel_name,
     .build_kernels = vk_backend_build_kernels,
     .recover = vk_recover,
+    .support_gen = vk_support_gen,
 };
 
 /* ---- kernels, all at once ----------------------------------------------------------- */

@@ -237,6 +237,7 @@ static void vk_kernel_fail(vk_device *d, vk_kernel *k, const char *name, VkResul
         snprintf(k->fail_text, sizeof k->fail_text, "%s", rname);
     vk_kernel_drop(d, k);
     atomic_store_explicit(&k->state, VK_KS_FAILED, memory_order_release);
+    atomic_fetch_add_explicit(&d->kfail_gen, 1, memory_order_release);
     TSL_LOGW("vulkan%d: kernel %s could not be built (VkResult %d: %s)", d->index, name, (int)r, k->fail_text);
     if (s == TSL_DEVICE_LOST) {
         tsl_error cause;
@@ -372,6 +373,7 @@ void vk_pipeline_detach(vk_device *d, vk_grave *gr) {
         k->fail_code = 0;
         atomic_store_explicit(&k->state, VK_KS_UNBUILT, memory_order_release);
     }
+    atomic_fetch_add_explicit(&d->kfail_gen, 1, memory_order_release);
     pthread_mutex_unlock(&d->klock);
 }
 
@@ -384,6 +386,7 @@ void vk_pipeline_reset_failed(vk_device *d) {
         k->fail_code = 0;
         atomic_store_explicit(&k->state, VK_KS_UNBUILT, memory_order_release);
     }
+    atomic_fetch_add_explicit(&d->kfail_gen, 1, memory_order_release);
     pthread_mutex_unlock(&d->klock);
 }
 

@@ -746,6 +746,133 @@ static void test_placed_nodes_and_stale_addresses(void) {
     tsl_backend_free(dev);
 }
 
+/* Forget the activations' addresses, as a caller keeping a graph for its
+ * next compute does (they are placed again). */
+static void clear_activations(const tsl_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        tsl_tensor *t = g->nodes[i];
+        const tsl_tensor *root = t->view_src ? t->view_src : t;
+        if (root->op == TSL_OP_NONE) continue;
+        t->data = NULL;
+        t->buffer = NULL;
+    }
+}
+
+/* The plan of a compute that succeeded is kept: the same graph, unchanged,
+ * runs it again (with its copies, so new inputs are seen); a changed node,
+ * another graph, a failed compute or a kernel failure found elsewhere on a
+ * backend plans afresh, and every result is the CPU's. */
+static void test_plan_kept(void) {
+    tsl_backend *dev = dev_new(OPBIT(TSL_OP_ROPE) | OPBIT(TSL_OP_SOFT_MAX) | OPBIT(TSL_OP_SWIGLU));
+    tsl_backend *cpu = tsl_backend_cpu_new(2, NULL);
+    model m;
+    CHECK(dev && cpu && g_ref && model_init(&m, dev));
+    tsl_backend *list[2] = {dev, cpu};
+    tsl_error err;
+    tsl_sched *s = tsl_sched_new(list, 2, (tsl_sched_params){0}, &err);
+    CHECK(s != NULL);
+    for (int round = 0; round < 3; round++) {
+        CHECKF(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS, "round %d: %s", round, err.message);
+        CHECK(tsl_sched_n_reused(s) == (uint64_t)round);
+        CHECK(tsl_sched_n_splits(s) >= 5 && tsl_sched_n_copies(s) > 0);
+        check_plan(s, m.g);
+        CHECK(backend_of(s, m.g, m.sm) == cpu && backend_of(s, m.g, m.q) == dev);
+        float *r = read_out(&m);
+        CHECK(r && memcmp(r, g_ref, OUT_BYTES) == 0);
+        free(r);
+    }
+
+    /* new inputs through the kept plan: seen (its copies are made again) */
+    int32_t *tok = m.tokens->data;
+    const int32_t t0 = tok[0];
+    tok[0] = (t0 + 5) % V;
+    CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 3);
+    float *r = read_out(&m);
+    CHECK(r && memcmp(r, g_ref, OUT_BYTES) != 0);
+    free(r);
+    tok[0] = t0;
+    clear_activations(m.g); /* placed again by the kept plan */
+    CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 4);
+    r = read_out(&m);
+    CHECK(r && memcmp(r, g_ref, OUT_BYTES) == 0);
+    free(r);
+
+    /* a changed node: planned afresh, and its change computed */
+    tsl_tensor *normed = NULL;
+    for (int i = 0; i < m.g->n_nodes; i++)
+        if (strcmp(m.g->nodes[i]->name, "attn_normed") == 0) normed = m.g->nodes[i];
+    CHECK(normed && normed->src[1] == m.norm);
+    tsl_tensor *norm2 = tsl_new_tensor_1d(m.ictx, TSL_TYPE_F32, E);
+    CHECK(norm2 != NULL);
+    for (int i = 0; norm2 && i < E; i++) tsl_set_f32_1d(norm2, i, 0.5f);
+    if (normed && norm2) {
+        normed->src[1] = norm2;
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 4);
+        r = read_out(&m);
+        CHECK(r && memcmp(r, g_ref, OUT_BYTES) != 0);
+        free(r);
+        normed->src[1] = m.norm;
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 4);
+        r = read_out(&m);
+        CHECK(r && memcmp(r, g_ref, OUT_BYTES) == 0);
+        free(r);
+        /* a leaf changed in place (not a node): planned afresh too */
+        norm2->data = m.norm->data;
+        tsl_tensor keep = *m.norm;
+        m.norm->ne[0] = E; /* unchanged metadata: reused */
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 5);
+        m.norm->flags ^= TSL_FLAG_INPUT;
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 5);
+        *m.norm = keep;
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 5);
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 6);
+    }
+
+    /* a failed compute: the next is planned afresh */
+    CHECK(tsl_backend_inject(dev, "retry@compute>0", NULL) == TSL_SUCCESS);
+    CHECK(tsl_sched_compute(s, m.g, &err) == TSL_RETRY && tsl_sched_n_reused(s) == 7); /* ran the kept plan */
+    tsl_backend_inject_clear(dev);
+    CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 7);
+    CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 8);
+    tsl_sched_free(s);
+
+    /* a kernel failure cached on a backend by a compute of another graph:
+     * the kept plan would send the op there; it is planned afresh and the
+     * op runs on the fallback */
+    tsl_backend *a = tsl_backend_cpu_new(2, NULL);
+    tsl_backend *list2[2] = {a, cpu};
+    s = tsl_sched_new(list2, 2, (tsl_sched_params){0}, &err);
+    CHECK(s && tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS);
+    CHECK(tsl_sched_n_reused(s) == 1 && backend_of(s, m.g, m.sm) == a);
+    tsl_context *c2 = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = false});
+    tsl_tensor *x = tsl_new_tensor_2d(c2, TSL_TYPE_F32, 8, 4);
+    for (int i = 0; x && i < 32; i++) tsl_set_f32_1d(x, i, (float)i);
+    tsl_tensor *mk = tsl_new_tensor_2d(c2, TSL_TYPE_F32, 8, 4); /* the same kernel as kq_soft_max's */
+    for (int i = 0; mk && i < 32; i++) tsl_set_f32_1d(mk, i, 0.0f);
+    tsl_tensor *y = tsl_soft_max(c2, x, mk, 1.0f);
+    tsl_graph *g2 = tsl_graph_build(c2, &y, 1);
+    CHECK(g2 && tsl_backend_inject(a, "kernel@op=SOFT_MAX", NULL) == TSL_SUCCESS);
+    CHECK(tsl_backend_graph_compute(a, g2, &err) == TSL_FAILED && !tsl_backend_supports_op(a, m.sm));
+    tsl_backend_inject_clear(a);
+    tsl_status st = tsl_sched_compute(s, m.g, &err);
+    CHECKF(st == TSL_SUCCESS, "after a kernel failure elsewhere: %s", err.message);
+    CHECK(tsl_sched_n_reused(s) == 1 && backend_of(s, m.g, m.sm) == cpu);
+    r = read_out(&m);
+    CHECK(r && memcmp(r, g_ref, OUT_BYTES) == 0);
+    free(r);
+    /* recovery forgets the failure: planned afresh, the op back on a */
+    CHECK(tsl_backend_recover(a, NULL) == TSL_SUCCESS);
+    CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 1);
+    CHECK(backend_of(s, m.g, m.sm) == a);
+    CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 2);
+    tsl_ctx_free(c2);
+    tsl_sched_free(s);
+    model_free(&m);
+    tsl_backend_free(a);
+    tsl_backend_free(cpu);
+    tsl_backend_free(dev);
+}
+
 static void test_bad_arguments(void) {
     tsl_error err;
     CHECK(tsl_sched_new(NULL, 1, (tsl_sched_params){0}, &err) == NULL && err.status == TSL_FAILED);
@@ -788,6 +915,7 @@ int main(void) {
     RUN(test_retry);
     RUN(test_kernel_failure_moves_op);
     RUN(test_placed_nodes_and_stale_addresses);
+    RUN(test_plan_kept);
     RUN(test_bad_arguments);
     free(g_ref);
     return test_summary();

@@ -421,6 +421,7 @@ static void test_steady_decode(void) {
     const int nbuf0 = tsl_backend_n_buffers(be, &bytes0);
     tsl_vulkan_stats s0, s1;
     tsl_backend_vulkan_stats(be, &s0);
+    const uint64_t plans0 = llm_ctx_timings(c)->n_plans_reused;
     const int steps = 200; /* positions 5 .. 204: one window */
     bool same = true;
     for (int i = 0; i < steps; i++) {
@@ -438,6 +439,9 @@ static void test_steady_decode(void) {
     CHECK(same);
     CHECK(tsl_backend_n_buffers(be, &bytes1) == nbuf0 && bytes1 == bytes0);
     CHECK(s1.computes - s0.computes == (uint64_t)steps);
+    /* the scheduler plans the graph once and runs that plan for every token */
+    CHECKF(llm_ctx_timings(c)->n_plans_reused - plans0 == (uint64_t)steps, "%llu of %d tokens ran the kept plan",
+           (unsigned long long)(llm_ctx_timings(c)->n_plans_reused - plans0), steps);
     /* the cache is written at positions the graph reads as data, so every
      * token records the same commands: after the first, every command
      * buffer is submitted again as recorded */
