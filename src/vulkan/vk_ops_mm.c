@@ -265,13 +265,18 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
     } else if (N <= VK_MM_NC && vk_mm_applies(d, vecn, n)) {
         cand[k++] = vecn;
     } else if (t == TSL_TYPE_F16 || ((t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0) && N >= VK_MM_CM_MIN_N_QUANT)) {
-        /* (the workgroup-scope kernels, mul_mat_cm2_*, are not chosen here
-         * yet: through push descriptors they ran 4096^3 F16 at 57 TFLOP/s
-         * on the H200, through ordinary descriptor sets 227, against 222
-         * for the tile below (bench/RESULTS.md, runs 35-42); they are now
-         * bound through sets (vk_kernel.sets), a configuration not yet
-         * measured. Forced with TSL_VK_MM_VARIANT they run and are
-         * tested.) */
+        /* F16 x F16 in whole tiles: the workgroup-scope kernels first, where
+         * the device has them. Bound through descriptor sets, 4096^3 ran at
+         * 238.9 TFLOP/s (128x128, 4 warps) and 226.3 (256x128, 8 warps) on
+         * the H200 against 219.8 for the subgroup-scope tile below
+         * (bench/RESULTS.md, run 43). */
+        static const int cm2[] = {VK_K_MUL_MAT_CM2_F16_F16_128X128W128, VK_K_MUL_MAT_CM2_F16_F16};
+        for (size_t i = 0; bt == TSL_TYPE_F16 && N > 64 && i < sizeof cm2 / sizeof cm2[0]; i++) {
+            if (vk_mm_applies(d, cm2[i], n) && d->k[cm2[i]].runnable) {
+                cand[k++] = cm2[i];
+                break;
+            }
+        }
         /* the first tile in order of preference the device can run: 64x64
          * for few columns, else 256x128 with 16 warps and one staging buffer
          * (47 KiB of shared memory, 512 invocations), then 128x128 tiles
