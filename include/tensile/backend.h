@@ -496,6 +496,8 @@ typedef struct tsl_vulkan_stats {
     uint64_t barriers;         /* pipeline barriers recorded between nodes */
     uint64_t reused_command_buffers; /* submitted again as recorded before (the same
                                         commands: a graph run again in the same buffers) */
+    uint64_t replays;          /* computes submitted again as recorded without resolving or
+                                  encoding: a graph stamped unchanged (tsl_graph.stamp) */
     uint64_t transfers;        /* staging copies for tensor set/get */
     double encode_ms;          /* host time spent encoding, summed over threads */
     double last_encode_us_per_node; /* last compute: wall time of encoding and

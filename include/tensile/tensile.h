@@ -455,6 +455,13 @@ typedef struct tsl_graph {
     tsl_tensor **leafs;
     int capacity;
     struct tsl_context *ctx;
+    /* 0, or a promise by the caller: a later compute of a graph with the same
+     * stamp, the same nodes array and node count is of the same graph,
+     * unchanged (every node and every tensor it reads: metadata, placement,
+     * buffers), so a backend may submit again what it recorded for it
+     * without looking. The scheduler stamps the split graphs of a kept plan;
+     * graphs that tsl_graph_build makes have 0. */
+    uint64_t stamp;
 } tsl_graph;
 
 /* Build the graph of everything the outputs need, in topological order, each

@@ -89,6 +89,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <stdatomic.h>
+
 #include "backend/backend_impl.h"
 #include "core/core.h"
 
@@ -160,6 +162,7 @@ struct tsl_sched {
     int kept_splits, kept_copies;
     uint64_t kept_gen[SCHED_MAX_BACKENDS];
     uint64_t n_reused; /* computes that ran the kept plan */
+    uint64_t stamp;    /* the split graphs' tsl_graph.stamp: new with every plan */
     tsl_context *cctx;
 
     unsigned char *staging;
@@ -867,7 +870,7 @@ static tsl_status sched_run(tsl_sched *s, tsl_error *err) {
                                              s->copies[c].reader, err);
             if (st != TSL_SUCCESS) return st;
         }
-        tsl_graph sg = {.n_nodes = sp->n, .nodes = &s->order[sp->first], .capacity = sp->n};
+        tsl_graph sg = {.n_nodes = sp->n, .nodes = &s->order[sp->first], .capacity = sp->n, .stamp = s->stamp};
         tsl_error rec;
         tsl_error_clear(&rec);
         tsl_status st = tsl_backend_graph_compute(s->be[sp->backend], &sg, &rec);
@@ -1027,6 +1030,10 @@ tsl_status tsl_sched_compute(tsl_sched *s, tsl_graph *g, tsl_error *err) {
     if (st == TSL_SUCCESS) st = sched_place(s, g, err);
     s->plan_ns = sched_now_ns() - t0;
     if (st != TSL_SUCCESS) return st;
+    /* a stamp no earlier plan of any scheduler had: the backends learn that
+     * these split graphs are new, and (kept) the same from then on */
+    static _Atomic uint64_t stamps;
+    s->stamp = atomic_fetch_add(&stamps, 1) + 1;
     st = sched_run(s, err);
     sched_publish(s, g);
     if (st == TSL_SUCCESS) sched_keep(s, g);

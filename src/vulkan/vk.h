@@ -327,6 +327,8 @@ typedef struct vk_device {
     /* bumped when a kernel turns failed or is forgiven (supports_op of
      * every backend on the device answers by it) */
     _Atomic uint64_t kfail_gen;
+    /* bumped by every allocation and free of tensor memory */
+    _Atomic uint64_t mem_gen;
 
     /* recovery: the device's objects are made again on a new VkDevice; the
      * old ones wait in graves until they are provably idle */

@@ -108,6 +108,9 @@
 #define VK_WATCHDOG_BASE_S 10.0     /* default allowance per command buffer, plus its work */
 #define VK_WATCHDOG_CPU_S 60.0      /* the same on a CPU device (lavapipe), which shares its cores */
 #define VK_WATCHDOG_SLICE_NS 50000000ull
+/* spin_auto: wake this long (plus 5% of the expected GPU time, up to as
+ * much again) before a compute's expected end, and poll from there */
+#define VK_SPIN_MARGIN_NS 150000ull
 #define VK_LOST_GRACE_NS 1000000000ull /* waiting on a device another backend found lost */
 #define VK_TEARDOWN_WAIT_NS 2000000000ull
 #define VK_MAX_SPANS 256
@@ -202,6 +205,16 @@ struct vk_backend {
     int n_cb;
     bool cb_explicit; /* n_cb was asked for (setter, TSL_VULKAN_CB): no minimum size */
     int watchdog_ms; /* 0: default, scaled to the work */
+    /* Waiting: a sleeping wait wakes tens to hundreds of microseconds after
+     * the fence signals, a large part of a small decode token. TSL_VULKAN_
+     * SPIN_US=N polls every fence N us before sleeping (0: never polls).
+     * Unset, a compute submitting the commands of the last (a replay, or
+     * every command buffer reused) sleeps until shortly before the last
+     * one's GPU time is up, then polls (vk_finish). */
+    bool spin_auto;
+    uint64_t spin_ns;     /* the fixed polling time, or this wait's (spin_auto) */
+    bool same_cmds;       /* the compute in flight submitted the last one's commands */
+    uint64_t submit_ns;   /* when its last command buffer was submitted */
     bool no_reuse;   /* record every compute (TSL_VULKAN_REUSE=0, tsl_backend_vulkan_set_reuse) */
     bool no_fuse;    /* one dispatch per node (TSL_VULKAN_FUSE=0) */
     bool no_qfuse;   /* the mat-vec's quantizer always its own dispatch (TSL_VULKAN_FUSE_QUANT=0) */
@@ -301,8 +314,20 @@ struct vk_backend {
 
     struct vk_backend *dnext; /* the device's list of backends (blist_lock) */
 
+    /* The last compute, when every command buffer of it was recorded and
+     * submitted: a graph stamped the same (tsl_graph.stamp), while nothing
+     * its commands rest on moved, is submitted again as it is (vk_replay) */
+    struct {
+        bool ok;
+        tsl_tensor **nodes;
+        int n, used;
+        uint64_t stamp, epoch, mem_gen, support;
+        uint32_t gen;
+    } rp;
+
     /* counters */
     _Atomic uint64_t st_computes, st_submits, st_dispatches, st_barriers, st_transfers, st_reused, st_set_dispatches;
+    _Atomic uint64_t st_replays;
     double st_encode_ms, last_us_per_node;
     int last_cbs;
     double st_gpu_ms, last_gpu_us;
@@ -1290,7 +1315,14 @@ static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
     if (fault_plan_fire(be->base.faults, TSL_FAULT_LOST, &site)) {
         r = VK_ERROR_DEVICE_LOST; /* as the driver would answer; the fence is left as it is */
     } else {
-        for (;;) {
+        /* TSL_VULKAN_SPIN_US: poll the fence this long before sleeping on
+         * it (the wake-up from a sleeping wait can take longer than a small
+         * command buffer) */
+        r = VK_NOT_READY;
+        while (be->spin_ns && vk_now_ns() - t0 < be->spin_ns && (r = vkGetFenceStatus(d->dev, sl->fence)) == VK_NOT_READY)
+            ;
+        t0 = vk_now_ns(); /* the watchdog counts the sleeping wait */
+        for (; r == VK_NOT_READY || r == VK_TIMEOUT;) {
             uint64_t el = vk_now_ns() - t0;
             uint64_t slice = VK_WATCHDOG_SLICE_NS;
             if (atomic_load(&d->hung)) slice = 1000000; /* never sit on a hung device */
@@ -1421,9 +1453,27 @@ static tsl_status vk_xfer_reap(vk_backend *be, tsl_error *err);
 
 /* Finish the compute in flight: wait for what was submitted, collect data
  * errors from the status words, and give its status. */
+/* spin_auto: for a compute running the last one's commands, sleep until
+ * its expected end (the last GPU time, less a margin), then poll. */
+static void vk_wait_plan(vk_backend *be) {
+    vk_device *d = be->dev;
+    if (!be->spin_auto) return;
+    be->spin_ns = 0;
+    if (!be->same_cmds || be->last_gpu_us <= 0 || be->n_submitted != be->n_used || be->n_used < 1 ||
+        atomic_load(&d->hung) || vk_device_is_lost(d))
+        return;
+    const uint64_t expect = (uint64_t)(be->last_gpu_us * 1e3);
+    const uint64_t margin = VK_SPIN_MARGIN_NS + (expect / 20 < VK_SPIN_MARGIN_NS ? expect / 20 : VK_SPIN_MARGIN_NS);
+    const uint64_t now = vk_now_ns(), wake = be->submit_ns + expect;
+    if (wake > now + margin) /* whatever it answers, the waits below ask again */
+        (void)vkWaitForFences(d->dev, 1, &be->slots[be->n_used - 1].fence, VK_TRUE, wake - margin - now);
+    be->spin_ns = 2 * margin;
+}
+
 static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
     tsl_status st = be->pend_status;
     tsl_error rec = be->pend_err;
+    vk_wait_plan(be);
     for (int s = 0; s < be->n_used; s++) {
         if (!be->slots[s].fence_pending) continue;
         tsl_error wrec;
@@ -1474,6 +1524,7 @@ static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
         }
     }
     be->rb_valid = st == TSL_SUCCESS && be->n_rbo > 0 && be->n_submitted == be->n_used;
+    if (st != TSL_SUCCESS) be->rp.ok = false; /* a failed compute is resolved and encoded afresh */
     be->pending = false;
     if (st != TSL_SUCCESS && err) *err = rec;
     return st;
@@ -1590,6 +1641,31 @@ static void vk_plan_readback(vk_backend *be, const tsl_graph *g) {
     }
 }
 
+/* What the recorded commands of a compute rest on besides its graph:
+ * kernels failed or forgiven (here or on the device), tensor memory. */
+static uint64_t vk_support_now(const vk_backend *be) {
+    return atomic_load_explicit(&be->base.support_gen, memory_order_acquire) +
+           atomic_load_explicit(&be->dev->kfail_gen, memory_order_acquire);
+}
+
+/* May g be submitted again as the last compute recorded it, without
+ * resolving or encoding? Only for a graph its caller stamped unchanged
+ * since then (tsl_graph.stamp), while no pipeline or tensor memory of the
+ * device went or came (epoch, mem_gen, gen), no kernel failed or was
+ * forgiven, and no fault rule is set (rules fire in the resolve). */
+static bool vk_replay(const vk_backend *be, const tsl_graph *g) {
+    const vk_device *d = be->dev;
+    if (!be->rp.ok || g->stamp == 0 || g->stamp != be->rp.stamp || g->nodes != be->rp.nodes ||
+        g->n_nodes != be->rp.n || be->no_reuse || !fault_plan_empty(be->base.faults))
+        return false;
+    if (atomic_load(&d->epoch) != be->rp.epoch || atomic_load(&d->mem_gen) != be->rp.mem_gen || d->gen != be->rp.gen ||
+        vk_support_now(be) != be->rp.support)
+        return false;
+    for (int s = 0; s < be->rp.used; s++)
+        if (!be->slots[s].recorded || be->slots[s].rec_epoch != be->rp.epoch) return false;
+    return true;
+}
+
 static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     vk_device *d = be->dev;
     if (be->pending) {
@@ -1616,13 +1692,18 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         be->exec_cap = cap;
     }
 
-    /* 1. resolve */
+    /* 1. resolve (or the last compute's, for a graph stamped unchanged) */
     uint64_t tr = vk_now_ns();
+    const bool replay = vk_replay(be, g);
+    be->rp.ok = false; /* armed again below once this compute is all submitted */
     ledger_begin(&be->ledger, be->name, be->device);
-    ledger_sink_set(&be->ledger);
-    int n = vk_resolve(be, g, compute);
-    if (!ledger_failed(&be->ledger)) n = vk_fuse(be, g, n);
-    ledger_sink_clear(); /* lookups after this land in no sink and are only logged */
+    int n = be->n_exec;
+    if (!replay) {
+        ledger_sink_set(&be->ledger);
+        n = vk_resolve(be, g, compute);
+        if (!ledger_failed(&be->ledger)) n = vk_fuse(be, g, n);
+        ledger_sink_clear(); /* lookups after this land in no sink and are only logged */
+    }
     atomic_store_explicit(&be->base.resolve_ns, vk_now_ns() - tr, memory_order_relaxed);
     be->n_exec = n;
     if (ledger_failed(&be->ledger)) return ledger_result(&be->ledger, err);
@@ -1630,10 +1711,14 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     if (n == 0) return TSL_SUCCESS;
 
     /* 2. encode and submit */
-    vk_plan_readback(be, g);
+    if (replay)
+        be->rb_valid = false; /* the read-back outputs are the last compute's */
+    else
+        vk_plan_readback(be, g);
     uint64_t t0 = vk_now_ns();
     atomic_fetch_add_explicit(&be->st_computes, 1, memory_order_relaxed);
-    int used = vk_plan(be, n);
+    if (replay) atomic_fetch_add_explicit(&be->st_replays, 1, memory_order_relaxed);
+    int used = replay ? be->rp.used : vk_plan(be, n);
     for (int s = 0; s < used; s++) {
         vk_slot *sl = &be->slots[s];
         sl->work_s = 0;
@@ -1641,14 +1726,15 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         sl->fence_pending = false;
     }
     memset(be->swords, 0, 4 * sizeof *be->swords);
-    if (used > 1 && !vk_ensure_threads(be, used - 1)) {
+    if (!replay && used > 1 && !vk_ensure_threads(be, used - 1)) {
         TSL_LOGW("%s: could not start encoder threads; encoding on the calling thread", be->name);
         for (int s = 1; s < used; s++) be->slots[0].count += be->slots[s].count;
         used = 1;
     }
     be->n_used = used;
     be->pend_compute = compute;
-    if (used > 1) {
+    const bool workers = !replay && used > 1;
+    if (workers) {
         pthread_mutex_lock(&be->wlock);
         be->job_slots = used;
         for (int s = 1; s < used; s++) be->done[s] = false;
@@ -1656,7 +1742,14 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         pthread_cond_broadcast(&be->wcv);
         pthread_mutex_unlock(&be->wlock);
     }
-    vk_encode_slot(be, 0);
+    if (replay) {
+        for (int s = 0; s < used; s++) {
+            be->slots[s].reused = true;
+            be->slots[s].encode_ms = 0;
+        }
+    } else {
+        vk_encode_slot(be, 0);
+    }
 
     tsl_status st = TSL_SUCCESS;
     tsl_error rec;
@@ -1665,7 +1758,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     for (int s = 0; s < used; s++) {
         vk_slot *sl = &be->slots[s];
         const vk_exec *x = &be->exec[sl->first];
-        if (s > 0) vk_wait_done(be, s);
+        if (s > 0 && workers) vk_wait_done(be, s);
         if (ledger_failed(&be->ledger)) {
             st = TSL_FAILED; /* the record comes from the ledger once every encoder is done */
             break;
@@ -1700,11 +1793,12 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         sl->fence_pending = true;
         submitted++;
     }
-    for (int s = 1; s < used; s++) vk_wait_done(be, s); /* every encoder has left its block */
+    for (int s = 1; workers && s < used; s++) vk_wait_done(be, s); /* every encoder has left its block */
     if (st == TSL_FAILED && ledger_failed(&be->ledger) && rec.status == TSL_SUCCESS)
         st = ledger_result(&be->ledger, &rec);
     atomic_fetch_add_explicit(&be->st_submits, (uint64_t)submitted, memory_order_relaxed);
     be->n_submitted = submitted;
+    be->submit_ns = vk_now_ns();
     uint64_t disp = 0, bar = 0, sdisp = 0;
     double enc = 0;
     uint64_t reused = 0;
@@ -1722,6 +1816,21 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     be->st_encode_ms += enc;
     be->last_us_per_node = (double)(vk_now_ns() - t0) / 1e3 / n;
     be->last_cbs = used;
+    be->same_cmds = replay || reused == (uint64_t)used;
+
+    bool all = st == TSL_SUCCESS && submitted == used && !be->no_reuse;
+    for (int s = 0; all && s < used; s++) all = be->slots[s].recorded;
+    if (all) {
+        be->rp.nodes = g->nodes;
+        be->rp.n = g->n_nodes;
+        be->rp.used = used;
+        be->rp.stamp = g->stamp;
+        be->rp.epoch = atomic_load(&d->epoch);
+        be->rp.mem_gen = atomic_load(&d->mem_gen);
+        be->rp.gen = d->gen;
+        be->rp.support = vk_support_now(be);
+        be->rp.ok = g->stamp != 0; /* until vk_finish says otherwise */
+    }
 
     be->pending = true;
     be->pend_status = st;
@@ -2596,6 +2705,10 @@ tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
     be->no_reuse = getenv("TSL_VULKAN_REUSE") && strcmp(getenv("TSL_VULKAN_REUSE"), "0") == 0;
     be->no_fuse = getenv("TSL_VULKAN_FUSE") && strcmp(getenv("TSL_VULKAN_FUSE"), "0") == 0;
     be->no_qfuse = getenv("TSL_VULKAN_FUSE_QUANT") && strcmp(getenv("TSL_VULKAN_FUSE_QUANT"), "0") == 0;
+    const int spin = vk_env_int("TSL_VULKAN_SPIN_US", -1, 1000000, -1);
+    /* (not on a CPU device: polling takes a core from the kernels) */
+    be->spin_auto = spin < 0 && be->dev->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    be->spin_ns = spin > 0 ? (uint64_t)spin * 1000u : 0;
     be->watchdog_ms = vk_env_int("TSL_VULKAN_WATCHDOG_MS", 0, INT_MAX, 0);
     vk_timestamps_probe(be);
     /* helpers for staging copies: only on a device that stages (tensor
@@ -2656,6 +2769,7 @@ tsl_status tsl_backend_vulkan_stats(const tsl_backend *b, tsl_vulkan_stats *out)
     out->set_dispatches = atomic_load(&be->st_set_dispatches);
     out->barriers = atomic_load(&be->st_barriers);
     out->reused_command_buffers = atomic_load(&be->st_reused);
+    out->replays = atomic_load(&be->st_replays);
     out->transfers = atomic_load(&be->st_transfers);
     out->encode_ms = be->st_encode_ms;
     out->last_encode_us_per_node = be->last_us_per_node;

@@ -267,6 +267,7 @@ vk_buf *vk_mem_alloc(vk_device *d, VkDeviceSize size, const char *bname, tsl_err
     vb->gen = d->gen;
     vb->va = d->va_next;
     d->va_next += (uintptr_t)vk_round(want, VK_VA_GAP) + VK_VA_GAP;
+    atomic_fetch_add(&d->mem_gen, 1);
     pthread_mutex_unlock(&d->mlock);
     return vb;
 }
@@ -274,6 +275,7 @@ vk_buf *vk_mem_alloc(vk_device *d, VkDeviceSize size, const char *bname, tsl_err
 void vk_mem_free(vk_device *d, vk_buf *vb) {
     if (!vb) return;
     pthread_mutex_lock(&d->mlock);
+    atomic_fetch_add(&d->mem_gen, 1);
     if (vb->gen != d->gen) {
         /* memory of a device that recovery replaced: it goes with its grave */
         pthread_mutex_unlock(&d->mlock);

@@ -439,7 +439,10 @@ static void test_steady_decode(void) {
     CHECK(same);
     CHECK(tsl_backend_n_buffers(be, &bytes1) == nbuf0 && bytes1 == bytes0);
     CHECK(s1.computes - s0.computes == (uint64_t)steps);
-    /* the scheduler plans the graph once and runs that plan for every token */
+    /* the scheduler plans the graph once and runs that plan for every token,
+     * and the backend submits that plan's graph again as recorded */
+    CHECKF(s1.replays - s0.replays == (uint64_t)steps, "%llu of %d tokens replayed",
+           (unsigned long long)(s1.replays - s0.replays), steps);
     CHECKF(llm_ctx_timings(c)->n_plans_reused - plans0 == (uint64_t)steps, "%llu of %d tokens ran the kept plan",
            (unsigned long long)(llm_ctx_timings(c)->n_plans_reused - plans0), steps);
     /* the cache is written at positions the graph reads as data, so every

@@ -1129,6 +1129,76 @@ out:
     tsl_ctx_free(ctx);
 }
 
+/* A graph stamped unchanged (tsl_graph.stamp, as the scheduler stamps its
+ * kept plans) is submitted again as recorded, without resolving or
+ * encoding, and computes its new inputs; it is resolved and encoded afresh
+ * after tensor memory came or went, with a fault rule set, after a failed
+ * compute or a recovery, and always without a stamp. */
+static void test_replay(void) {
+    tsl_backend_vulkan_set_reuse(g_vk, true);
+    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
+    tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 4096);
+    tsl_tensor *y = x;
+    for (int i = 0; i < 6; i++) y = i % 2 ? tsl_scale(ctx, y, 0.5f) : tsl_add(ctx, y, x);
+    tsl_graph *g = tsl_graph_build(ctx, &y, 1);
+    tsl_error err;
+    tsl_buffer *buf = tsl_buffer_alloc_ctx(g_vk, ctx, &err);
+    CHECK(g && buf);
+    if (!g || !buf) goto out;
+    static float xv[4096], yv[4096];
+    /* what happens before each round, and whether it replays */
+    enum { NOTHING, UNSTAMP, RESTAMP, MEMORY, RULE, FAIL, RECOVER };
+    static const struct {
+        int before;
+        bool replay;
+    } plan[] = {{NOTHING, false}, {NOTHING, true}, {NOTHING, true}, {MEMORY, false}, {NOTHING, true},
+                {UNSTAMP, false}, {NOTHING, false}, {RESTAMP, false}, {NOTHING, true}, {RULE, false},
+                {NOTHING, true},  {FAIL, false},    {NOTHING, true},  {RECOVER, false}, {NOTHING, true}};
+    g->stamp = 0x7e57;
+    for (size_t round = 0; round < sizeof plan / sizeof plan[0]; round++) {
+        const int before = plan[round].before;
+        if (before == UNSTAMP) g->stamp = 0;
+        if (before == RESTAMP) g->stamp = 0x7e57;
+        if (before == MEMORY) {
+            tsl_context *c2 = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 16, .no_alloc = true});
+            tsl_new_tensor_1d(c2, TSL_TYPE_F32, 64);
+            tsl_buffer *small = tsl_buffer_alloc_ctx(g_vk, c2, &err);
+            CHECK(small != NULL);
+            tsl_buffer_free(small);
+            tsl_ctx_free(c2);
+        }
+        /* a rule that never fires still turns replay off while it is set */
+        if (before == RULE) CHECK(tsl_backend_inject(g_vk, "retry@compute=999999999", &err) == TSL_SUCCESS);
+        if (before == FAIL) {
+            CHECK(tsl_backend_inject(g_vk, "retry@times=1", &err) == TSL_SUCCESS);
+            CHECK(tsl_backend_graph_compute(g_vk, g, &err) == TSL_RETRY);
+            tsl_backend_inject_clear(g_vk);
+        }
+        if (before == RECOVER) CHECK(tsl_backend_recover(g_vk, &err) == TSL_SUCCESS);
+        for (int i = 0; i < 4096; i++) xv[i] = (float)((int)round * 4096 + i) * 0.25f;
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        CHECK(tsl_tensor_set(x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
+        CHECKF(tsl_backend_graph_compute(g_vk, g, &err) == TSL_SUCCESS, "round %zu: %s", round, err.message);
+        CHECK(tsl_tensor_get(y, yv, 0, sizeof yv, &err) == TSL_SUCCESS);
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        if (before == RULE) tsl_backend_inject_clear(g_vk);
+        int bad = 0;
+        for (int i = 0; i < 4096; i++) bad += yv[i] != xv[i];
+        CHECKF(bad == 0, "round %zu: %d values wrong", round, bad);
+        const uint64_t rp = s1.replays - s0.replays;
+        CHECKF(rp == (plan[round].replay ? 1u : 0u), "round %zu: %llu replays, want %d", round,
+               (unsigned long long)rp, plan[round].replay);
+        /* a replay submits what was recorded: every command buffer reused */
+        if (rp) CHECK(s1.reused_command_buffers - s0.reused_command_buffers == s1.submits - s0.submits);
+    }
+    printf("  replay: a stamped graph submitted again as recorded; not after memory, a rule, a failure, "
+           "a recovery, or without its stamp\n");
+out:
+    tsl_buffer_free(buf);
+    tsl_ctx_free(ctx);
+}
+
 static void test_two_backends(void) {
     tsl_error err;
     tsl_vulkan_device_info info;
@@ -1756,6 +1826,7 @@ int main(void) {
     RUN(test_command_buffers);
     RUN(test_barriers);
     RUN(test_reuse);
+    RUN(test_replay);
     RUN(test_two_backends);
     RUN(test_unsupported);
     RUN(test_pools_and_staging);
