@@ -206,7 +206,14 @@ static bool bench_selected(const bench_state *st, const char *op, const char *ty
     if (!st->o.filter) return true;
     char name[64];
     snprintf(name, sizeof name, "%s %s", op, type);
-    return strstr(name, st->o.filter) != NULL;
+    /* any of the '|'-separated substrings */
+    for (const char *f = st->o.filter;;) {
+        const size_t n = strcspn(f, "|");
+        for (const char *p = name; n > 0 && *p; p++)
+            if (strncmp(p, f, n) == 0) return true;
+        if (!f[n]) return false;
+        f += n + 1;
+    }
 }
 
 /* ---- ceilings -------------------------------------------------------------- */
@@ -1220,7 +1227,7 @@ static void bench_usage(FILE *f) {
                "  --json       one JSON object per line (ceilings included)\n"
                "  --threads N  CPU backend threads (default: online cores)\n"
                "  --quick      small sizes, a few seconds (smoke test; figures not meaningful)\n"
-               "  --filter S   only rows whose \"op type\" contains S (ceilings always run)\n"
+               "  --filter S   only rows whose \"op type\" contains S, or any of S1|S2|... (ceilings always run)\n"
                "  --backend vulkan  the same on the Vulkan device (TSL_VULKAN_DEVICE picks it): a copy\n"
                "               ceiling, upload/download, mat-vec 8192x8192 over 1 GiB of weights, mul_mat\n"
                "               4096^3 (and F16 x F16), host encode time per node (1,000 nodes, 9 command\n"
