@@ -401,7 +401,15 @@ uint64_t tsl_sched_n_reused(const tsl_sched *s);
  *                            on an H200), but a loss no longer names a node
  *   TSL_VULKAN_REUSE=0       record every compute's command buffers (by
  *                            default a compute whose commands equal the
- *                            last ones submits those again)
+ *                            last ones submits those again; a graph stamped
+ *                            unchanged, tsl_graph.stamp, is not even
+ *                            resolved or encoded again)
+ *   TSL_VULKAN_SPIN_US=n     poll a compute's fences n us before sleeping
+ *                            on them (0: never poll). Unset: a compute
+ *                            submitting the last one's commands sleeps
+ *                            until 150-300 us before its expected end
+ *                            (the last GPU time) and polls from there;
+ *                            never on a CPU device
  *   TSL_VULKAN_FUSE=0        no fused nodes (mul(rms_norm(x), w); add(r, an
  *                            integer-dot mat-vec); decode attention,
  *                            mul_mat(V, soft_max(mul_mat(K, q), mask))):

@@ -76,7 +76,10 @@
  * node changed, another graph, a kernel failure, a recovery, a failed
  * compute -- plans afresh. So a kernel failure still reroutes the very next
  * compute. The comparison reads the graph's metadata once (tens of
- * microseconds for a thousand nodes).
+ * microseconds for a thousand nodes). The split graphs carry the plan's
+ * stamp (tsl_graph.stamp), new with every plan and the same while it is
+ * kept: a backend may submit again what it recorded for them without
+ * resolving them (the Vulkan backend does).
  *
  * Trade-offs. Copies are made per split and kept for the whole compute (no reuse
  * among copies), which costs memory only when a graph bounces between
