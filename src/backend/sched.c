@@ -900,49 +900,56 @@ static uint64_t sched_support_gen(const tsl_sched *s, int b) {
     return g + (be->vt->support_gen ? be->vt->support_gen(be) : 0);
 }
 
-/* Call f(s, x, k) on every tensor a node reads from outside the graph, in
- * the same order every time; k counts them. */
-#define SCHED_FOR_LEAVES(s, g, x, BODY)                                                          \
-    for (int i_ = 0; i_ < (g)->n_nodes; i_++) {                                                  \
-        const tsl_tensor *o_ = (g)->nodes[i_];                                                    \
-        for (int j_ = 0; j_ <= TSL_MAX_SRC; j_++) {                                               \
-            const tsl_tensor *x = j_ < TSL_MAX_SRC ? o_->src[j_] : o_->view_src;                  \
-            if (!x || sched_node_of(s, x) >= 0) continue;                                         \
-            BODY                                                                                  \
-        }                                                                                         \
-    }
-
 /* A leaf's buffer's backend: the planner follows a leaf's buffer (its
  * weights decide where an op runs), so it is compared too. */
 static const tsl_backend *sched_leaf_be(const tsl_tensor *x) { return x->buffer ? x->buffer->be : NULL; }
 
-/* Keep the plan of g, which just computed successfully. */
+/* Keep the plan of g, which just computed successfully: its nodes, and each
+ * tensor they read from outside the graph once. */
 static void sched_keep(tsl_sched *s, const tsl_graph *g) {
     s->kept = false;
-    int nl = 0;
-    SCHED_FOR_LEAVES(s, g, x, { (void)x; nl++; })
-    if (nl > s->cap_kept_leaf) {
-        int cap = nl < 64 ? 64 : nl;
-        const tsl_tensor **l = realloc((void *)s->kept_leaf, (size_t)cap * sizeof *l);
-        if (l) s->kept_leaf = l;
-        tsl_tensor *v = realloc(s->kept_leaf_val, (size_t)cap * sizeof *v);
-        if (v) s->kept_leaf_val = v;
-        const tsl_backend **lb = realloc((void *)s->kept_leaf_be, (size_t)cap * sizeof *lb);
-        if (lb) s->kept_leaf_be = lb;
-        if (!l || !v || !lb) return; /* planned afresh next time */
-        s->cap_kept_leaf = cap;
-    }
+    size_t refs = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j <= TSL_MAX_SRC; j++) refs += (j < TSL_MAX_SRC ? g->nodes[i]->src[j] : g->nodes[i]->view_src) != NULL;
+    size_t cap = 64;
+    while (cap < 2 * refs) cap *= 2;
+    const tsl_tensor **seen = calloc(cap, sizeof *seen);
+    if (!seen) return; /* planned afresh next time */
+    int k = 0;
+    bool oom = false;
+    for (int i = 0; i < g->n_nodes && !oom; i++)
+        for (int j = 0; j <= TSL_MAX_SRC && !oom; j++) {
+            const tsl_tensor *x = j < TSL_MAX_SRC ? g->nodes[i]->src[j] : g->nodes[i]->view_src;
+            if (!x || sched_node_of(s, x) >= 0) continue;
+            size_t h = sched_hash(x, cap);
+            while (seen[h] && seen[h] != x) h = (h + 1) & (cap - 1);
+            if (seen[h]) continue;
+            seen[h] = x;
+            if (k == s->cap_kept_leaf) {
+                int nc = s->cap_kept_leaf ? 2 * s->cap_kept_leaf : 64;
+                const tsl_tensor **l = realloc((void *)s->kept_leaf, (size_t)nc * sizeof *l);
+                if (l) s->kept_leaf = l;
+                tsl_tensor *v = realloc(s->kept_leaf_val, (size_t)nc * sizeof *v);
+                if (v) s->kept_leaf_val = v;
+                const tsl_backend **lb = realloc((void *)s->kept_leaf_be, (size_t)nc * sizeof *lb);
+                if (lb) s->kept_leaf_be = lb;
+                if (!l || !v || !lb) {
+                    oom = true;
+                    break;
+                }
+                s->cap_kept_leaf = nc;
+            }
+            s->kept_leaf[k] = x;
+            memcpy(&s->kept_leaf_val[k], x, sizeof(tsl_tensor));
+            s->kept_leaf_be[k] = sched_leaf_be(x);
+            k++;
+        }
+    free(seen);
+    if (oom) return;
     for (int i = 0; i < g->n_nodes; i++) {
         s->kept_ptr[i] = g->nodes[i];
         memcpy(&s->kept_node[i], g->nodes[i], sizeof(tsl_tensor));
     }
-    int k = 0;
-    SCHED_FOR_LEAVES(s, g, x, {
-        s->kept_leaf[k] = x;
-        memcpy(&s->kept_leaf_val[k], x, sizeof(tsl_tensor));
-        s->kept_leaf_be[k] = sched_leaf_be(x);
-        k++;
-    })
     s->n_kept_leaf = k;
     s->kept_n = g->n_nodes;
     s->kept_splits = s->n_splits;
@@ -964,23 +971,21 @@ static bool sched_node_same(const tsl_sched *s, int i, const tsl_tensor *t) {
     return memcmp(&c, k, sizeof c) == 0;
 }
 
-/* Is the kept plan g's: the same nodes, each as it was, reading the same
- * outside tensors as they were, on backends whose answers have not moved? */
+/* Is the kept plan g's: the same nodes, each as it was (so with the same
+ * sources), reading the same outside tensors as they were, on backends
+ * whose answers have not moved? */
 static bool sched_kept_fits(const tsl_sched *s, const tsl_graph *g) {
     if (!s->kept || g->n_nodes != s->kept_n) return false;
     for (int b = 0; b < s->n_be; b++)
         if (sched_support_gen(s, b) != s->kept_gen[b]) return false;
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i] != s->kept_ptr[i] || !sched_node_same(s, i, g->nodes[i])) return false;
-    int k = 0;
-    bool same = true;
-    SCHED_FOR_LEAVES(s, g, x, {
-        if (!same) break;
-        same = k < s->n_kept_leaf && s->kept_leaf[k] == x && s->kept_leaf_be[k] == sched_leaf_be(x) &&
-               memcmp(x, &s->kept_leaf_val[k], sizeof(tsl_tensor)) == 0;
-        k++;
-    })
-    return same && k == s->n_kept_leaf;
+    for (int k = 0; k < s->n_kept_leaf; k++) {
+        const tsl_tensor *x = s->kept_leaf[k];
+        if (s->kept_leaf_be[k] != sched_leaf_be(x) || memcmp(x, &s->kept_leaf_val[k], sizeof(tsl_tensor)) != 0)
+            return false;
+    }
+    return true;
 }
 
 static void sched_publish(tsl_sched *s, tsl_graph *g) {
