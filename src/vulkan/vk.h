@@ -184,9 +184,11 @@ typedef struct vk_kernel {
     uint32_t caps;             /* VK_CAP_* the SPIR-V declares */
     bool runnable;             /* the device has every capability it needs */
     /* bound through an ordinary descriptor set even where the device has
-     * push descriptors (its pipeline made with layout_sets): NVIDIA runs
-     * the workgroup-scope matrix kernels 4x slower through push
-     * descriptors; TSL_VULKAN_SET_KERNELS=name,... adds kernels (tests) */
+     * push descriptors (its pipeline made with layout_sets): the
+     * workgroup-scope matrix kernels, which ran 4x slower through push
+     * descriptors in one H200 run (42; possibly a background load's doing:
+     * bench/RESULTS.md, runs 43-47); TSL_VULKAN_SET_KERNELS=name,... adds
+     * kernels (tests) */
     bool sets;
     /* the failure, cached with the driver's answer (state FAILED) */
     tsl_status fail_status;
