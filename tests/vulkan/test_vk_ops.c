@@ -1078,17 +1078,28 @@ static void *conc_main(void *p) {
  * buffers), with the new inputs' results. Anything that changes the
  * commands or frees what they name records afresh: another graph shape, a
  * memory block given back to the driver. */
+/* A chain of adds and halvings on 4096 floats in a buffer of g_vk: y =
+ * ((((x + x) / 2 + x) / 2) + x) / 2 = x, exactly, for the values the
+ * tests use. NULL graph (and a failed check) when it cannot be made. */
+static tsl_graph *halving_chain(tsl_context *ctx, tsl_tensor **x, tsl_tensor **y, tsl_buffer **buf) {
+    *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 4096);
+    *y = *x;
+    for (int i = 0; i < 6; i++) *y = i % 2 ? tsl_scale(ctx, *y, 0.5f) : tsl_add(ctx, *y, *x);
+    tsl_graph *g = tsl_graph_build(ctx, y, 1);
+    tsl_error err;
+    *buf = tsl_buffer_alloc_ctx(g_vk, ctx, &err);
+    CHECK(g && *buf);
+    return g && *buf ? g : NULL;
+}
+
 static void test_reuse(void) {
     tsl_backend_vulkan_set_reuse(g_vk, true); /* whatever TSL_VULKAN_REUSE says */
     tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
-    tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 4096);
-    tsl_tensor *y = x;
-    for (int i = 0; i < 6; i++) y = i % 2 ? tsl_scale(ctx, y, 0.5f) : tsl_add(ctx, y, x);
-    tsl_graph *g = tsl_graph_build(ctx, &y, 1);
+    tsl_tensor *x, *y;
+    tsl_buffer *buf;
+    tsl_graph *g = halving_chain(ctx, &x, &y, &buf);
     tsl_error err;
-    tsl_buffer *buf = tsl_buffer_alloc_ctx(g_vk, ctx, &err);
-    CHECK(g && buf);
-    if (!g || !buf) goto out;
+    if (!g) goto out;
     float xv[4096], yv[4096];
     tsl_vulkan_stats s0, s1;
     /* y = ((((x + x) / 2 + x) / 2) + x) / 2 = x, exactly, for these values */
@@ -1137,14 +1148,11 @@ out:
 static void test_replay(void) {
     tsl_backend_vulkan_set_reuse(g_vk, true);
     tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
-    tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 4096);
-    tsl_tensor *y = x;
-    for (int i = 0; i < 6; i++) y = i % 2 ? tsl_scale(ctx, y, 0.5f) : tsl_add(ctx, y, x);
-    tsl_graph *g = tsl_graph_build(ctx, &y, 1);
+    tsl_tensor *x, *y;
+    tsl_buffer *buf;
+    tsl_graph *g = halving_chain(ctx, &x, &y, &buf);
     tsl_error err;
-    tsl_buffer *buf = tsl_buffer_alloc_ctx(g_vk, ctx, &err);
-    CHECK(g && buf);
-    if (!g || !buf) goto out;
+    if (!g) goto out;
     static float xv[4096], yv[4096];
     /* what happens before each round, and whether it replays */
     enum { NOTHING, UNSTAMP, RESTAMP, MEMORY, RULE, FAIL, RECOVER };
