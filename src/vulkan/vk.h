@@ -186,9 +186,10 @@ typedef struct vk_kernel {
     /* bound through an ordinary descriptor set even where the device has
      * push descriptors (its pipeline made with layout_sets): the
      * workgroup-scope matrix kernels, which ran 4x slower through push
-     * descriptors in one H200 run (42; possibly a background load's doing:
-     * bench/RESULTS.md, runs 43-47); TSL_VULKAN_SET_KERNELS=name,... adds
-     * kernels (tests) */
+     * descriptors in one H200 run (42), a slowness later seen through
+     * sets too in the first processes on a freshly started machine
+     * (bench/RESULTS.md, runs 44-49): kept, as measured no slower;
+     * TSL_VULKAN_SET_KERNELS=name,... adds kernels (tests) */
     bool sets;
     /* the failure, cached with the driver's answer (state FAILED) */
     tsl_status fail_status;

@@ -14,11 +14,10 @@
  * itself. On the H200, in a stand-alone program binding ordinary
  * descriptor sets, this kernel ran 4096^3 at 232-244 TFLOP/s (a variant
  * with literal zero offsets and 6 push-constant words 272) against 222 for
- * the subgroup-scope kernel (mul_mat_cm.comp, staged by hand); bound through
- * push descriptors 57, with the backend's push descriptors off
- * (TSL_VULKAN_NO_PUSH_DESCRIPTORS=1) 227 (bench/RESULTS.md, runs 35-42):
- * the backend binds these kernels through ordinary descriptor sets
- * (vk_kernel.sets). It needs SPIR-V 1.6 (Vulkan 1.3) and a GLSL compiler newer
+ * the subgroup-scope kernel (mul_mat_cm.comp, staged by hand); in tensile,
+ * bound through ordinary descriptor sets (vk_kernel.sets), 242 at 4096^3
+ * (bench/RESULTS.md, runs 43-49; the first processes on a freshly started
+ * machine ran it at 54-58, whatever the binding). It needs SPIR-V 1.6 (Vulkan 1.3) and a GLSL compiler newer
  * than Debian 12's: src/vulkan/glslang/tsl_glslang.c.
  *
  * Specialization constants: 0 the workgroup size, 1 BM, 2 BN, 3 BK (the
