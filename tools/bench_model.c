@@ -339,6 +339,7 @@ int bench_model(int argc, char **argv) {
     memset(&ceil, 0, sizeof ceil);
     bm_vkcopy vcopy;
     memset(&vcopy, 0, sizeof vcopy);
+    tsl_backend *cbe = NULL; /* the copy's own context on the device */
     if (!m) {
         cli_error("bench model", &err);
         goto done;
@@ -363,7 +364,17 @@ int bench_model(int argc, char **argv) {
         toks[i] = (int32_t)(x % (uint64_t)in->n_vocab);
     }
 
-    if (vk ? !bm_vk_copy_init(&vcopy, be, (size_t)copy_mib << 20, &err) : !bm_ceiling_init(&ceil, nth)) {
+    /* On a device the copy runs in a context of its own (a second backend on
+     * the same device), so that it leaves the decode context's recorded
+     * commands alone: decoding between two copies is as it is without them. */
+    if (vk) {
+        tsl_vulkan_device_info di;
+        tsl_error cerr;
+        cbe = tsl_backend_vulkan_info(be, &di, &cerr) == TSL_SUCCESS ? tsl_backend_vulkan_new(di.index, &cerr) : NULL;
+        if (!cbe) fprintf(stderr, "tensile bench model: the copy runs in the decode's context (%s)\n", cerr.message);
+    }
+    tsl_backend *copy_be = cbe ? cbe : be;
+    if (vk ? !bm_vk_copy_init(&vcopy, copy_be, (size_t)copy_mib << 20, &err) : !bm_ceiling_init(&ceil, nth)) {
         if (vk)
             cli_error("bench model", &err);
         else
@@ -397,7 +408,7 @@ int bench_model(int argc, char **argv) {
         const long long k = n_gen * (r + 1) / rounds - done_tokens;
         if (vk) {
             bool gpu;
-            copy[r] = bm_vk_copy_gbs(&vcopy, be, 3, &gpu, &err);
+            copy[r] = bm_vk_copy_gbs(&vcopy, copy_be, 3, &gpu, &err);
             copy_gpu = copy_gpu && gpu;
             if (copy[r] < 0) {
                 cli_error("bench model", &err);
@@ -510,6 +521,7 @@ int bench_model(int argc, char **argv) {
 done:
     bm_ceiling_free(&ceil);
     bm_vk_copy_free(&vcopy);
+    tsl_backend_free(cbe);
     free(toks);
     tsl_llm_ctx_free(c);
     tsl_model_free(m);

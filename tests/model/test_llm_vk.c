@@ -416,13 +416,17 @@ static void test_steady_decode(void) {
     CHECK(tsl_llm_decode(c, PROMPT, 4, &err) == TSL_SUCCESS);
     int32_t id = argmax(tsl_llm_logits(c, -1), nv);
     CHECK(tsl_llm_decode(c, &id, 1, &err) == TSL_SUCCESS);
+    /* the second token: the graph repeated, its commands recorded into one
+     * command buffer (where the first compute split them) */
+    id = argmax(tsl_llm_logits(c, -1), nv);
+    CHECK(tsl_llm_decode(c, &id, 1, &err) == TSL_SUCCESS);
     const tsl_buffer *act = llm_ctx_timings(c)->act_buffer;
     size_t bytes0 = 0;
     const int nbuf0 = tsl_backend_n_buffers(be, &bytes0);
     tsl_vulkan_stats s0, s1;
     tsl_backend_vulkan_stats(be, &s0);
     const uint64_t plans0 = llm_ctx_timings(c)->n_plans_reused;
-    const int steps = 200; /* positions 5 .. 204: one window */
+    const int steps = 200; /* positions 6 .. 205: one window */
     bool same = true;
     for (int i = 0; i < steps; i++) {
         id = argmax(tsl_llm_logits(c, -1), nv);

@@ -1778,6 +1778,54 @@ static void test_mixed_binding(void) {
     vk_remake(info.index, (const char *[]){NULL});
 }
 
+/* A stamped graph computed again (the scheduler's kept plan) goes into one
+ * command buffer: recorded once more if the first compute split it, then
+ * replayed from that one; results right throughout. With command buffers
+ * asked for (tsl_backend_vulkan_set_command_buffers) it keeps them. */
+static void test_replay_one_buffer(void) {
+    tsl_error err;
+    tsl_vulkan_device_info info;
+    CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);
+    if (!vk_remake(info.index, (const char *[]){NULL})) return; /* the default command buffers */
+    tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 4u << 20, .no_alloc = true});
+    tsl_tensor *x = tsl_new_tensor_1d(ctx, TSL_TYPE_F32, 4096), *y = x;
+    for (int i = 0; i < 300; i++) y = i % 2 ? tsl_scale(ctx, y, 0.5f) : tsl_add(ctx, y, x); /* = x again */
+    tsl_graph *g = tsl_graph_build(ctx, &y, 1);
+    tsl_buffer *buf = g ? tsl_buffer_alloc_ctx(g_vk, ctx, &err) : NULL;
+    CHECK(g && buf);
+    static float xv[4096], yv[4096];
+    /* {4 command buffers asked for before this round (and a new stamp),
+     * command buffers used (0: more than one), replayed} */
+    static const int want[][3] = {{0, 0, 0}, {0, 1, 0}, {0, 1, 1}, {0, 1, 1}, {1, 4, 0}, {0, 4, 1}};
+    g->stamp = 0x0b1;
+    for (size_t r = 0; g && buf && r < sizeof want / sizeof want[0]; r++) {
+        if (want[r][0]) {
+            CHECK(tsl_backend_vulkan_set_command_buffers(g_vk, 4, &err) == TSL_SUCCESS);
+            g->stamp++; /* a new plan */
+        }
+        for (int i = 0; i < 4096; i++) xv[i] = (float)((int)r * 4096 + i) * 0.25f;
+        tsl_vulkan_stats s0, s1;
+        tsl_backend_vulkan_stats(g_vk, &s0);
+        CHECK(tsl_tensor_set(x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
+        CHECKF(tsl_backend_graph_compute(g_vk, g, &err) == TSL_SUCCESS, "round %zu: %s", r, err.message);
+        CHECK(tsl_tensor_get(y, yv, 0, sizeof yv, &err) == TSL_SUCCESS);
+        tsl_backend_vulkan_stats(g_vk, &s1);
+        int bad = 0;
+        for (int i = 0; i < 4096; i++) bad += yv[i] != xv[i];
+        CHECKF(bad == 0, "round %zu: %d values wrong", r, bad);
+        if (want[r][1]) CHECKF(s1.last_command_buffers == want[r][1], "round %zu: %d command buffers, want %d", r,
+                               s1.last_command_buffers, want[r][1]);
+        else CHECKF(s1.last_command_buffers > 1, "round %zu: %d command buffer(s), want several", r,
+                    s1.last_command_buffers);
+        CHECKF(s1.replays - s0.replays == (uint64_t)want[r][2], "round %zu: %llu replays, want %d", r,
+               (unsigned long long)(s1.replays - s0.replays), want[r][2]);
+    }
+    printf("  replay: a repeated 300-node graph re-recorded into one command buffer, then replayed\n");
+    tsl_buffer_free(buf);
+    tsl_ctx_free(ctx);
+    vk_remake(info.index, (const char *[]){NULL});
+}
+
 /* With TSL_VULKAN_VALIDATE=1 the Khronos layer watched everything above. */
 static void test_validation(void) {
     tsl_vulkan_stats s;
@@ -1839,6 +1887,7 @@ int main(void) {
     RUN(test_unsupported);
     RUN(test_pools_and_staging);
     RUN(test_mixed_binding);
+    RUN(test_replay_one_buffer);
     RUN(test_validation);
     tsl_backend_free(g_vk);
     tsl_backend_free(g_cpu);
