@@ -118,6 +118,10 @@ typedef struct backend_kcache {
 bool backend_kernel_failed(tsl_backend *be, const char *name, tsl_error *rec);
 /* Cache a build failure (the first record for a name is kept). */
 void backend_kernel_fail(tsl_backend *be, const char *name, const tsl_error *rec);
+/* What be's supports_op answers rest on: its support_gen and the
+ * backend's own (vtable support_gen). A scheduler's kept plan and a
+ * backend's recorded commands hold while it stays the same. */
+static inline uint64_t backend_support_gen(const tsl_backend *be);
 /* Forget every failure (kernels are rebuilt on next use): recovery. */
 void backend_kernel_cache_clear(tsl_backend *be);
 /* (backend_kernel_any_failed, below the header: is the cache non-empty?) */
@@ -144,6 +148,10 @@ struct tsl_backend {
     _Atomic uint64_t support_gen; /* bumped when supports_op may answer differently:
                                      a kernel failure cached or forgotten, a recovery */
 };
+
+static inline uint64_t backend_support_gen(const tsl_backend *be) {
+    return atomic_load_explicit(&be->support_gen, memory_order_acquire) + (be->vt->support_gen ? be->vt->support_gen(be) : 0);
+}
 
 static inline bool backend_kernel_any_failed(tsl_backend *be) {
     return atomic_load_explicit(&be->kcache.n, memory_order_acquire) != 0;

@@ -221,11 +221,7 @@ void tsl_buffer_clear_lost(tsl_buffer *buf) {
 
 /* ---- recovery -------------------------------------------------------------- */
 
-static double recover_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
+static double recover_now_ms(void) { return (double)core_now_ns() * 1e-6; }
 
 /* Fresh, zeroed memory behind buf's base: the backend's recreate, or, for a
  * backend without one, zeros written through its copy-in. */

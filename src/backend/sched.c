@@ -90,7 +90,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <stdatomic.h>
 
@@ -456,11 +455,6 @@ double tsl_sched_plan_us(const tsl_sched *s) { return s ? (double)s->plan_ns / 1
 
 uint64_t tsl_sched_n_reused(const tsl_sched *s) { return s ? s->n_reused : 0; }
 
-static uint64_t sched_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- planning ------------------------------------------------------------- */
 
@@ -894,11 +888,7 @@ static tsl_status sched_run(tsl_sched *s, tsl_error *err) {
 /* ---- reuse ------------------------------------------------------------------ */
 
 /* What backend b's supports_op answers rest on (kernel failures, recovery). */
-static uint64_t sched_support_gen(const tsl_sched *s, int b) {
-    const tsl_backend *be = s->be[b];
-    uint64_t g = atomic_load_explicit(&be->support_gen, memory_order_acquire);
-    return g + (be->vt->support_gen ? be->vt->support_gen(be) : 0);
-}
+static uint64_t sched_support_gen(const tsl_sched *s, int b) { return backend_support_gen(s->be[b]); }
 
 /* A leaf's buffer's backend: the planner follows a leaf's buffer (its
  * weights decide where an op runs), so it is compared too. */
@@ -1017,11 +1007,11 @@ tsl_status tsl_sched_compute(tsl_sched *s, tsl_graph *g, tsl_error *err) {
         if (!g->nodes[i]) return sched_fail(s, err, TSL_FAILED, -1, -1, i, NULL, "graph node %d is NULL", i);
     if (g->n_nodes == 0) return TSL_SUCCESS;
 
-    const uint64_t t0 = sched_now_ns();
+    const uint64_t t0 = core_now_ns();
     if (sched_kept_fits(s, g)) {
         s->n_splits = s->kept_splits;
         s->n_copies = s->kept_copies;
-        s->plan_ns = sched_now_ns() - t0;
+        s->plan_ns = core_now_ns() - t0;
         s->n_reused++;
         tsl_status st = sched_run(s, err);
         sched_publish(s, g);
@@ -1036,7 +1026,7 @@ tsl_status tsl_sched_compute(tsl_sched *s, tsl_graph *g, tsl_error *err) {
     st = sched_make_splits(s, g, err);
     if (st == TSL_SUCCESS) st = sched_make_copies(s, g, err);
     if (st == TSL_SUCCESS) st = sched_place(s, g, err);
-    s->plan_ns = sched_now_ns() - t0;
+    s->plan_ns = core_now_ns() - t0;
     if (st != TSL_SUCCESS) return st;
     /* a stamp no earlier plan of any scheduler had: the backends learn that
      * these split graphs are new, and (kept) the same from then on */

@@ -85,6 +85,8 @@ tsl_tensor *ctx_tensor_new(tsl_context *ctx, const char *who, tsl_type type, con
 
 /* Shape text "[a, b, c, d] type" into buf. */
 const char *core_shape_str(const tsl_tensor *t, char *buf, size_t n);
+/* The monotonic clock in nanoseconds (timings, watchdogs). */
+uint64_t core_now_ns(void);
 
 /* FLOPs of one node (0 for metadata ops). */
 double core_node_flops(const tsl_tensor *t);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <time.h>
 
 #include "core/core.h"
 
@@ -66,4 +67,10 @@ void tsl_log(tsl_log_level level, const char *fmt, ...) {
         fn(level, line, user);
     else
         fprintf(stderr, "tensile: %s\n", line);
+}
+
+uint64_t core_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }

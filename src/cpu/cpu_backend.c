@@ -454,11 +454,6 @@ static bool cpu_resolve(cpu_backend *be, tsl_graph *g, uint64_t compute, fault_l
     return true;
 }
 
-static uint64_t cpu_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* The point where a GPU's fence status comes back: the work was submitted
  * and ran. The CPU cannot lose its device, but an injected "lost" fires
@@ -497,9 +492,9 @@ static tsl_status cpu_compute(cpu_backend *be, tsl_graph *g, tsl_error *err) {
     size_t ws = 0;
     fault_ledger led;
     ledger_begin(&led, "cpu", be->device);
-    uint64_t t0 = cpu_now_ns();
+    uint64_t t0 = core_now_ns();
     bool clean = cpu_resolve(be, g, compute, &led, &n, &ws, &ws_node);
-    atomic_store_explicit(&be->base.resolve_ns, cpu_now_ns() - t0, memory_order_relaxed);
+    atomic_store_explicit(&be->base.resolve_ns, core_now_ns() - t0, memory_order_relaxed);
     if (!clean) return ledger_result(&led, err);
     if (ws > be->wsize) {
         void *w = cpu_host_alloc(be, ws);

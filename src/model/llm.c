@@ -420,11 +420,7 @@ static bool llm_load_tokenizer(llm_loader *L) {
 
 /* ---- prefetch and progress ---------------------------------------------------------- */
 
-double llm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double llm_now(void) { return (double)core_now_ns() * 1e-9; }
 
 void llm_progress_draw(const char *verb, const char *name, size_t done, size_t total) {
     const int W = 30;

@@ -338,12 +338,6 @@ typedef struct vk_backend vk_backend;
 
 static const tsl_backend_vtable vk_vtable;
 
-static uint64_t vk_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static const char *vk_label(const tsl_tensor *t) { return t && t->name[0] ? t->name : "(unnamed)"; }
 
 vk_device *vk_backend_dev(const tsl_backend *b) {
@@ -899,9 +893,6 @@ static vk_rec *vk_tape_add(vk_slot *sl, uint32_t kind) {
     return r;
 }
 
-/* One dispatch of pipe over x's bindings, onto the slot's tape: a barrier
- * first where x touches what an earlier dispatch since the last one wrote
- * (or writes what it read). */
 /* Was pipe made for an ordinary descriptor set (a kernel with
  * vk_kernel.sets)? Such kernels are few; their built pipelines are
  * compared. */
@@ -913,6 +904,9 @@ static bool vk_pipe_uses_sets(vk_device *d, VkPipeline pipe) {
     return false;
 }
 
+/* One dispatch of pipe over x's bindings, onto the slot's tape: a barrier
+ * first where x touches what an earlier dispatch since the last one wrote
+ * (or writes what it read). */
 static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x, VkPipeline pipe, const uint32_t *pc,
                                    uint32_t pcsize, const uint32_t grid[3]) {
     vk_device *d = be->dev;
@@ -1106,7 +1100,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
  * tsl_backend_vulkan_set_reuse) records every time. */
 static void vk_encode_slot(vk_backend *be, int s) {
     const bool no_reuse = be->no_reuse;
-    uint64_t t0 = vk_now_ns();
+    uint64_t t0 = core_now_ns();
     vk_slot *sl = &be->slots[s];
     vk_device *d = be->dev;
     const vk_exec *first = &be->exec[sl->first];
@@ -1146,7 +1140,7 @@ static void vk_encode_slot(vk_backend *be, int s) {
         sl->n_prev == sl->n_tape && memcmp(sl->prev, sl->tape, (size_t)sl->n_tape * sizeof *sl->tape) == 0) {
         sl->reused = true;
         ledger_sink_clear();
-        sl->encode_ms = (double)(vk_now_ns() - t0) / 1e6;
+        sl->encode_ms = (double)(core_now_ns() - t0) / 1e6;
         return;
     }
     sl->recorded = false;
@@ -1216,7 +1210,7 @@ static void vk_encode_slot(vk_backend *be, int s) {
     /* The block ends: a lookup after this lands in no sink and is only
      * logged (it belongs to no compute). */
     ledger_sink_clear();
-    sl->encode_ms = (double)(vk_now_ns() - t0) / 1e6;
+    sl->encode_ms = (double)(core_now_ns() - t0) / 1e6;
 }
 
 static void *vk_worker_main(void *arg) {
@@ -1308,7 +1302,7 @@ static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
     vk_slot *sl = &be->slots[s];
     const vk_exec *x = &be->exec[sl->first];
     double allow_s = be->watchdog_ms > 0 ? be->watchdog_ms / 1000.0 : vk_watchdog_base(be) + sl->work_s;
-    uint64_t budget = (uint64_t)(allow_s * 1e9), t0 = vk_now_ns();
+    uint64_t budget = (uint64_t)(allow_s * 1e9), t0 = core_now_ns();
     fault_site site = {.compute = be->pend_compute, .node = x->index, .tensor = x->node,
                        .kernel = vk_first_kernel(be, sl)};
     VkResult r;
@@ -1319,16 +1313,16 @@ static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
          * it (the wake-up from a sleeping wait can take longer than a small
          * command buffer) */
         r = VK_NOT_READY;
-        while (be->spin_ns && vk_now_ns() - t0 < be->spin_ns && (r = vkGetFenceStatus(d->dev, sl->fence)) == VK_NOT_READY)
+        while (be->spin_ns && core_now_ns() - t0 < be->spin_ns && (r = vkGetFenceStatus(d->dev, sl->fence)) == VK_NOT_READY)
             ;
-        t0 = vk_now_ns(); /* the watchdog counts the sleeping wait */
+        t0 = core_now_ns(); /* the watchdog counts the sleeping wait */
         for (; r == VK_NOT_READY || r == VK_TIMEOUT;) {
-            uint64_t el = vk_now_ns() - t0;
+            uint64_t el = core_now_ns() - t0;
             uint64_t slice = VK_WATCHDOG_SLICE_NS;
             if (atomic_load(&d->hung)) slice = 1000000; /* never sit on a hung device */
             r = vkWaitForFences(d->dev, 1, &sl->fence, VK_TRUE, slice);
             if (r != VK_TIMEOUT) break;
-            el = vk_now_ns() - t0;
+            el = core_now_ns() - t0;
             if (el >= budget) {
                 const char *rn = "VK_TIMEOUT";
                 tsl_status st = tsl_fault_classify("VkResult", VK_TIMEOUT, TSL_PHASE_SUBMIT, &rn);
@@ -1451,8 +1445,6 @@ static void vk_print_profile(const vk_backend *be) {
 
 static tsl_status vk_xfer_reap(vk_backend *be, tsl_error *err);
 
-/* Finish the compute in flight: wait for what was submitted, collect data
- * errors from the status words, and give its status. */
 /* spin_auto: for a compute running the last one's commands, sleep until
  * its expected end (the last GPU time, less a margin), then poll. */
 static void vk_wait_plan(vk_backend *be) {
@@ -1464,12 +1456,14 @@ static void vk_wait_plan(vk_backend *be) {
         return;
     const uint64_t expect = (uint64_t)(be->last_gpu_us * 1e3);
     const uint64_t margin = VK_SPIN_MARGIN_NS + (expect / 20 < VK_SPIN_MARGIN_NS ? expect / 20 : VK_SPIN_MARGIN_NS);
-    const uint64_t now = vk_now_ns(), wake = be->submit_ns + expect;
+    const uint64_t now = core_now_ns(), wake = be->submit_ns + expect;
     if (wake > now + margin) /* whatever it answers, the waits below ask again */
         (void)vkWaitForFences(d->dev, 1, &be->slots[be->n_used - 1].fence, VK_TRUE, wake - margin - now);
     be->spin_ns = 2 * margin;
 }
 
+/* Finish the compute in flight: wait for what was submitted, collect data
+ * errors from the status words, and give its status. */
 static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
     tsl_status st = be->pend_status;
     tsl_error rec = be->pend_err;
@@ -1540,11 +1534,11 @@ static tsl_status vk_quiesce(vk_backend *be, tsl_error *err) {
         if (!sl->fence_pending) continue;
         double allow_s = be->watchdog_ms > 0 ? be->watchdog_ms / 1000.0 : vk_watchdog_base(be) + sl->work_s;
         bound = (uint64_t)(allow_s * 1e9);
-        uint64_t t0 = vk_now_ns();
+        uint64_t t0 = core_now_ns();
         VkResult r;
         do {
             r = vkWaitForFences(be->dev->dev, 1, &sl->fence, VK_TRUE, VK_WATCHDOG_SLICE_NS);
-        } while (r == VK_TIMEOUT && vk_now_ns() - t0 < bound && !vk_device_is_lost(be->dev));
+        } while (r == VK_TIMEOUT && core_now_ns() - t0 < bound && !vk_device_is_lost(be->dev));
         if (r != VK_SUCCESS) {
             /* synchronize will say what happened; the data is not there */
             return error_set(err, TSL_DEVICE_LOST, be->name, be->device, -1, NULL, NULL,
@@ -1641,11 +1635,9 @@ static void vk_plan_readback(vk_backend *be, const tsl_graph *g) {
     }
 }
 
-/* What the recorded commands of a compute rest on besides its graph:
- * kernels failed or forgiven (here or on the device), tensor memory. */
-static uint64_t vk_support_now(const vk_backend *be) {
-    return atomic_load_explicit(&be->base.support_gen, memory_order_acquire) +
-           atomic_load_explicit(&be->dev->kfail_gen, memory_order_acquire);
+/* Is g the last compute's graph, stamped unchanged since (tsl_graph.stamp)? */
+static bool vk_repeated(const vk_backend *be, const tsl_graph *g) {
+    return be->rp.ok && g->stamp != 0 && g->stamp == be->rp.stamp && g->nodes == be->rp.nodes && g->n_nodes == be->rp.n;
 }
 
 /* May g be submitted again as the last compute recorded it, without
@@ -1655,11 +1647,10 @@ static uint64_t vk_support_now(const vk_backend *be) {
  * forgiven, and no fault rule is set (rules fire in the resolve). */
 static bool vk_replay(const vk_backend *be, const tsl_graph *g) {
     const vk_device *d = be->dev;
-    if (!be->rp.ok || g->stamp == 0 || g->stamp != be->rp.stamp || g->nodes != be->rp.nodes ||
-        g->n_nodes != be->rp.n || be->no_reuse || !fault_plan_empty(be->base.faults))
-        return false;
+    if (!vk_repeated(be, g) || be->no_reuse || !fault_plan_empty(be->base.faults)) return false;
+    if (be->rp.used > 1 && !be->cb_explicit) return false; /* recorded once more, into one (vk_compute) */
     if (atomic_load(&d->epoch) != be->rp.epoch || atomic_load(&d->mem_gen) != be->rp.mem_gen || d->gen != be->rp.gen ||
-        vk_support_now(be) != be->rp.support)
+        backend_support_gen(&be->base) != be->rp.support)
         return false;
     for (int s = 0; s < be->rp.used; s++)
         if (!be->slots[s].recorded || be->slots[s].rec_epoch != be->rp.epoch) return false;
@@ -1693,16 +1684,15 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     }
 
     /* 1. resolve (or the last compute's, for a graph stamped unchanged) */
-    uint64_t tr = vk_now_ns();
+    uint64_t tr = core_now_ns();
     /* A graph stamped like the last compute's is being repeated: its
      * commands go into one command buffer (recorded once more if the last
      * compute split them), and later computes replay that. Several command
      * buffers let the GPU start while the rest is encoded; a replay encodes
      * nothing, and each boundary costs the GPU a drain (8B decode on the
      * H200: 3.90 ms of GPU time a token in one, 3.99 in four; run 50). */
-    const bool again = be->rp.ok && g->stamp != 0 && g->stamp == be->rp.stamp && g->nodes == be->rp.nodes &&
-                       g->n_nodes == be->rp.n && !be->cb_explicit;
-    const bool replay = vk_replay(be, g) && (be->rp.used == 1 || be->cb_explicit);
+    const bool again = vk_repeated(be, g) && !be->cb_explicit;
+    const bool replay = vk_replay(be, g);
     be->rp.ok = false; /* armed again below once this compute is all submitted */
     ledger_begin(&be->ledger, be->name, be->device);
     int n = be->n_exec;
@@ -1712,7 +1702,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         if (!ledger_failed(&be->ledger)) n = vk_fuse(be, g, n);
         ledger_sink_clear(); /* lookups after this land in no sink and are only logged */
     }
-    atomic_store_explicit(&be->base.resolve_ns, vk_now_ns() - tr, memory_order_relaxed);
+    atomic_store_explicit(&be->base.resolve_ns, core_now_ns() - tr, memory_order_relaxed);
     be->n_exec = n;
     if (ledger_failed(&be->ledger)) return ledger_result(&be->ledger, err);
     if (vk_device_is_lost(d)) return vk_device_lost_error(d, err); /* a build found the device lost */
@@ -1723,7 +1713,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         be->rb_valid = false; /* the read-back outputs are the last compute's */
     else
         vk_plan_readback(be, g);
-    uint64_t t0 = vk_now_ns();
+    uint64_t t0 = core_now_ns();
     atomic_fetch_add_explicit(&be->st_computes, 1, memory_order_relaxed);
     if (replay) atomic_fetch_add_explicit(&be->st_replays, 1, memory_order_relaxed);
     int used = replay ? be->rp.used : vk_plan(be, n, again);
@@ -1806,7 +1796,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         st = ledger_result(&be->ledger, &rec);
     atomic_fetch_add_explicit(&be->st_submits, (uint64_t)submitted, memory_order_relaxed);
     be->n_submitted = submitted;
-    be->submit_ns = vk_now_ns();
+    be->submit_ns = core_now_ns();
     uint64_t disp = 0, bar = 0, sdisp = 0;
     double enc = 0;
     uint64_t reused = 0;
@@ -1822,7 +1812,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     atomic_fetch_add_explicit(&be->st_barriers, bar, memory_order_relaxed);
     atomic_fetch_add_explicit(&be->st_reused, reused, memory_order_relaxed);
     be->st_encode_ms += enc;
-    be->last_us_per_node = (double)(vk_now_ns() - t0) / 1e3 / n;
+    be->last_us_per_node = (double)(core_now_ns() - t0) / 1e3 / n;
     be->last_cbs = used;
     be->same_cmds = replay || reused == (uint64_t)used;
 
@@ -1836,7 +1826,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         be->rp.epoch = atomic_load(&d->epoch);
         be->rp.mem_gen = atomic_load(&d->mem_gen);
         be->rp.gen = d->gen;
-        be->rp.support = vk_support_now(be);
+        be->rp.support = backend_support_gen(&be->base);
         be->rp.ok = g->stamp != 0; /* until vk_finish says otherwise */
     }
 
@@ -2077,7 +2067,7 @@ static tsl_status vk_xfer_wait(vk_backend *be, vk_xslot *x, void *host, bool wri
     vk_device *d = be->dev;
     tsl_error own;
     if (!err) err = &own;
-    uint64_t t0 = vk_now_ns(), bound = (uint64_t)((vk_watchdog_base(be) + (double)x->n / 1e9) * 1e9);
+    uint64_t t0 = core_now_ns(), bound = (uint64_t)((vk_watchdog_base(be) + (double)x->n / 1e9) * 1e9);
     if (be->watchdog_ms > 0) bound = (uint64_t)be->watchdog_ms * 1000000ull;
     fault_site site = {.compute = atomic_load_explicit(&be->base.n_computes, memory_order_relaxed),
                        .node = -1,
@@ -2089,7 +2079,7 @@ static tsl_status vk_xfer_wait(vk_backend *be, vk_xslot *x, void *host, bool wri
     if (!injected) {
         do {
             r = vkWaitForFences(d->dev, 1, &x->fence, VK_TRUE, VK_WATCHDOG_SLICE_NS);
-        } while (r == VK_TIMEOUT && vk_now_ns() - t0 < bound);
+        } while (r == VK_TIMEOUT && core_now_ns() - t0 < bound);
     }
     if (r == VK_TIMEOUT) {
         error_set(err, TSL_DEVICE_LOST, be->name, be->device, -1, NULL, NULL,
@@ -2213,7 +2203,7 @@ static tsl_status vk_stage_ensure(vk_backend *be, size_t n, tsl_error *err) {
 static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host, size_t n, bool write,
                               const char *tname, tsl_error *err) {
     pthread_mutex_lock(&be->xlock);
-    uint64_t t0 = vk_now_ns();
+    uint64_t t0 = core_now_ns();
     tsl_status st = TSL_SUCCESS;
     bool fill = write && !host; /* zeros: no staging needed */
     /* chunks an earlier copy left in flight (it failed midway) must be done
@@ -2266,7 +2256,7 @@ static tsl_status vk_transfer(vk_backend *be, vk_buf *vb, size_t off, void *host
     }
     if (st == TSL_SUCCESS && write && host) {
         be->st_up_bytes += n;
-        be->st_up_ms += (double)(vk_now_ns() - t0) / 1e6;
+        be->st_up_ms += (double)(core_now_ns() - t0) / 1e6;
     }
     pthread_mutex_unlock(&be->xlock);
     return st;
@@ -2292,13 +2282,13 @@ static tsl_status vk_buffer_io(tsl_backend *b, void *handle, size_t offset, void
         tsl_status s = vk_quiesce(be, err);
         if (s != TSL_SUCCESS) return s;
         char *p = (char *)vb->blk->map + vb->off + offset;
-        uint64_t t0 = vk_now_ns();
+        uint64_t t0 = core_now_ns();
         if (write) memcpy(p, host, n);
         else memcpy(host, p, n);
         if (write) {
             pthread_mutex_lock(&be->xlock);
             be->st_up_bytes += n;
-            be->st_up_ms += (double)(vk_now_ns() - t0) / 1e6;
+            be->st_up_ms += (double)(core_now_ns() - t0) / 1e6;
             pthread_mutex_unlock(&be->xlock);
         }
         return TSL_SUCCESS;
@@ -2343,11 +2333,11 @@ static bool vk_supports_op(const tsl_backend *b, const tsl_tensor *node) {
 /* Wait (bounded) for fence; true when it signaled. */
 static bool vk_fence_done(vk_device *d, VkFence f, uint64_t bound) {
     if (!f) return true;
-    uint64_t t0 = vk_now_ns();
+    uint64_t t0 = core_now_ns();
     VkResult r;
     do {
         r = vkWaitForFences(d->dev, 1, &f, VK_TRUE, VK_WATCHDOG_SLICE_NS);
-    } while (r == VK_TIMEOUT && vk_now_ns() - t0 < bound);
+    } while (r == VK_TIMEOUT && core_now_ns() - t0 < bound);
     return r == VK_SUCCESS;
 }
 
