@@ -89,6 +89,7 @@
     X(ATTN_COMBINE_Q_F32, "attn_combine_q_f32", 4, 0, 4, 4)   \
     X(ROPE_F32, "rope_f32", 4, 4, 4, 4)                       \
     X(ROPE_F32_FP32, "rope_f32_fp32", 4, 4, 4, 4)             \
+    X(ROPE_SET_ROWS_F16, "rope_set_rows_f16", 4, 4, 4, 2)     \
     X(OUT_PROD_F32, "out_prod_f32_f32", 4, 4, 0, 4)           \
     X(OUT_PROD_F16, "out_prod_f16_f32", 2, 4, 0, 4)           \
     X(OUT_PROD_BF16, "out_prod_bf16_f32", 2, 4, 0, 4)         \

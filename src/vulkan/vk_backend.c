@@ -293,6 +293,17 @@ struct vk_backend {
         double us;
         uint64_t n;
     } prof[VK_K_COUNT];
+    /* ... and per matrix product's kernel and weight shape (M x K, type),
+     * with the weight bytes it read: the products of one kernel differ a
+     * lot in how near the memory's rate they run */
+    struct {
+        int kernel;
+        int64_t m, k;
+        size_t bytes;
+        double us;
+        uint64_t n;
+    } prof_mm[32];
+    int n_prof_mm;
     bool ts_on;
     double ts_ns;      /* nanoseconds per tick (timestampPeriod) */
     uint64_t ts_mask;  /* the bits a timestamp holds (timestampValidBits) */
@@ -542,13 +553,30 @@ static bool vk_same_layout(const tsl_tensor *a, const tsl_tensor *b) {
     return memcmp(a->ne, b->ne, sizeof a->ne) == 0 && memcmp(a->nb, b->nb, sizeof a->nb) == 0;
 }
 
+/* Is v a 2-D reshape of the rope output r, [ne0 ne1, ne2] (the tokens as
+ * rows), as a decoder hands the rotated keys to its cache? */
+static bool vk_rope_rows(const tsl_tensor *v, const tsl_tensor *r) {
+    return v && v != r && v->src[0] == r && v->view_src == r && v->view_offs == 0 && v->type == TSL_TYPE_F32 &&
+           tsl_is_contiguous(v) && tsl_is_contiguous(r) && r->ne[3] == 1 && v->ne[0] == r->ne[0] * r->ne[1] &&
+           v->ne[1] == r->ne[2] && v->ne[2] == 1 && v->ne[3] == 1;
+}
+
 /* Can execs k, k + 1 be one dispatch: 1 mul(rms_norm(x), w) (rms_norm_mul),
  * 2 add(r, the integer-dot mat-vec's result) in either order (the mat-vec
- * adds r as it stores); 0 no. Whether the first node's output is read by
- * anything else is asked apart (vk_fuse). */
+ * adds r as it stores), 3 set_rows(cache, reshape(rope(k, pos)), pos, 1)
+ * into an F16 cache (rope_set_rows: the rotated keys go straight into the
+ * cache rows their positions name); 0 no. Whether the first node's output
+ * (and kind 3's reshape) is read by anything else is asked apart
+ * (vk_fuse). */
 static int vk_fusable(const vk_exec *x, const vk_exec *y) {
     const tsl_tensor *a = x->node, *b = y->node;
-    if ((a->flags & TSL_FLAG_OUTPUT) || a->type != TSL_TYPE_F32 || b->type != TSL_TYPE_F32) return 0;
+    if (a->flags & TSL_FLAG_OUTPUT) return 0;
+    if (a->op == TSL_OP_ROPE && b->op == TSL_OP_SET_ROWS && x->kernel == VK_K_ROPE_F32 &&
+        y->kernel == VK_K_SET_ROWS_F16 && op_get_i32(b, 0) == 1 && a->src[1] && b->src[1] == a->src[1] &&
+        vk_rope_rows(b->src[0], a) && !(b->src[0]->flags & TSL_FLAG_OUTPUT) && b->ne[0] == b->src[0]->ne[0] &&
+        b->nb[0] == 2 && b->ne[2] == 1 && b->ne[3] == 1)
+        return 3;
+    if (a->type != TSL_TYPE_F32 || b->type != TSL_TYPE_F32) return 0;
     if (a->op == TSL_OP_RMS_NORM && b->op == TSL_OP_MUL && b->src[0] == a && x->kernel == VK_K_RMS_NORM_F32 &&
         y->kernel == VK_K_MUL_F32 && vk_is_weight_row(b->src[1], a->ne[0]) && memcmp(b->ne, a->ne, sizeof a->ne) == 0)
         return 1;
@@ -665,9 +693,12 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     memset(keys, 0, sizeof keys);
     for (int k = 0; k + 1 < n && nc < SET / 2 - 1; k++) {
         const bool attn = k + 2 < n && vk_attn_fusable(d, &be->exec[k], &be->exec[k + 1], &be->exec[k + 2]) >= 0;
-        if (!attn && !vk_fusable(&be->exec[k], &be->exec[k + 1])) continue;
-        for (int e = 0; e < (attn ? 2 : 1); e++) {
-            const tsl_tensor *t = be->exec[k + e].node;
+        const int kind = attn ? 0 : vk_fusable(&be->exec[k], &be->exec[k + 1]);
+        if (!attn && !kind) continue;
+        for (int e = 0; e < (attn || kind == 3 ? 2 : 1); e++) {
+            /* attention: its first two nodes; rope_set_rows: the rope and
+             * its reshape */
+            const tsl_tensor *t = kind == 3 && e == 1 ? be->exec[k + 1].node->src[0] : be->exec[k + e].node;
             size_t h = ((uintptr_t)t >> 4) % SET;
             while (keys[h] && keys[h] != t) h = (h + 1) % SET;
             if (keys[h]) continue;
@@ -676,12 +707,16 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             nc++;
         }
     }
+    /* the readers: each node once per tensor it reads (a view reads its
+     * source as src[0] and as view_src) */
     for (int i = 0; i < g->n_nodes && nc > 0; i++) {
         const tsl_tensor *t = g->nodes[i];
         if (!t) continue;
         for (int j = 0; j <= TSL_MAX_SRC; j++) {
             const tsl_tensor *r = j < TSL_MAX_SRC ? t->src[j] : t->view_src;
-            if (!r || (r->op != TSL_OP_RMS_NORM && r->op != TSL_OP_MUL_MAT && r->op != TSL_OP_SOFT_MAX)) continue;
+            bool again = false;
+            for (int i2 = 0; i2 < j && !again; i2++) again = t->src[i2] == r;
+            if (!r || again) continue;
             for (size_t h = ((uintptr_t)r >> 4) % SET; keys[h]; h = (h + 1) % SET)
                 if (keys[h] == r) {
                     uses[h]++;
@@ -690,8 +725,8 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
         }
     }
     const vk_kernel *fk = NULL;
-    VkPipeline nm_pipe = VK_NULL_HANDLE, sw_pipe = VK_NULL_HANDLE;
-    bool sw_failed = false, attn_failed = false;
+    VkPipeline nm_pipe = VK_NULL_HANDLE, sw_pipe = VK_NULL_HANDLE, rs_pipe = VK_NULL_HANDLE;
+    bool sw_failed = false, attn_failed = false, rs_failed = false;
     int w = 0;
     for (int k = 0; k < n; k++) {
         vk_exec *x = &be->exec[k];
@@ -765,6 +800,27 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
         }
         int kind = k + 1 < n ? vk_fusable(x, &be->exec[k + 1]) : 0;
         if (kind && !vk_fuse_once(keys, uses, SET, x->node)) kind = 0;
+        if (kind == 3 && (rs_failed || !vk_fuse_once(keys, uses, SET, be->exec[k + 1].node->src[0]))) kind = 0;
+        if (kind == 3 && !rs_pipe) {
+            /* a kernel that fails to build leaves the two nodes apart */
+            if (d->k[VK_K_ROPE_SET_ROWS_F16].runnable) rs_pipe = vk_kernel_get(d, VK_K_ROPE_SET_ROWS_F16, &fk);
+            rs_failed = !rs_pipe;
+            if (rs_failed) kind = 0;
+        }
+        if (kind == 3) {
+            /* the SET_ROWS takes the rope's place: the rope's source,
+             * positions and factors, its own cache */
+            const vk_exec *y = &be->exec[k + 1];
+            vk_exec m = *y;
+            m.kernel = VK_K_ROPE_SET_ROWS_F16;
+            m.pipe = rs_pipe;
+            m.fused = x->node;
+            for (int j = 0; j < 3; j++) m.b[j] = x->b[j];
+            m.cost_s += x->cost_s;
+            be->exec[w++] = m;
+            k++;
+            continue;
+        }
         if (kind == 1 && !nm_pipe && d->k[VK_K_RMS_NORM_MUL_F32].runnable)
             nm_pipe = vk_kernel_get(d, VK_K_RMS_NORM_MUL_F32, &fk);
         if (kind == 1 && nm_pipe) {
@@ -1410,8 +1466,28 @@ static void vk_read_profile(vk_backend *be) {
                 prev = t[k];
                 int id = be->exec[k].kernel;
                 if (id < 0 || id >= VK_K_COUNT) continue;
-                be->prof[id].us += (double)d * be->ts_ns / 1e3;
+                const double us = (double)d * be->ts_ns / 1e3;
+                be->prof[id].us += us;
                 be->prof[id].n++;
+                const tsl_tensor *nd = be->exec[k].node;
+                if (nd->op == TSL_OP_MUL_MAT && vk_mm_kernel(id) && nd->src[1] && nd->src[1]->ne[1] == 1) {
+                    const tsl_tensor *w = nd->src[0];
+                    int j = 0;
+                    while (j < be->n_prof_mm && (be->prof_mm[j].kernel != id || be->prof_mm[j].m != w->ne[1] ||
+                                                 be->prof_mm[j].k != w->ne[0]))
+                        j++;
+                    if (j == be->n_prof_mm && j < (int)(sizeof be->prof_mm / sizeof be->prof_mm[0])) {
+                        be->prof_mm[j].kernel = id;
+                        be->prof_mm[j].m = w->ne[1];
+                        be->prof_mm[j].k = w->ne[0];
+                        be->prof_mm[j].bytes = tsl_nbytes(w);
+                        be->n_prof_mm++;
+                    }
+                    if (j < be->n_prof_mm) {
+                        be->prof_mm[j].us += us;
+                        be->prof_mm[j].n++;
+                    }
+                }
             }
         }
     }
@@ -1440,6 +1516,16 @@ static void vk_print_profile(const vk_backend *be) {
         fprintf(stderr, "  %-36s %10llu %12.3f %10.2f %5.1f%%\n", vk_kernel_descs[k].name,
                 (unsigned long long)be->prof[k].n, be->prof[k].us / 1e3, be->prof[k].us / (double)be->prof[k].n,
                 100.0 * be->prof[k].us / total);
+    }
+    if (be->n_prof_mm)
+        fprintf(stderr, "  one-column products by weight shape:\n  %-36s %12s %10s %10s %10s\n", "kernel", "M x K",
+                "calls", "mean us", "GB/s");
+    for (int j = 0; j < be->n_prof_mm; j++) {
+        char shape[48];
+        snprintf(shape, sizeof shape, "%lldx%lld", (long long)be->prof_mm[j].m, (long long)be->prof_mm[j].k);
+        const double mean = be->prof_mm[j].us / (double)be->prof_mm[j].n;
+        fprintf(stderr, "  %-36s %12s %10llu %10.2f %10.1f\n", vk_kernel_descs[be->prof_mm[j].kernel].name, shape,
+                (unsigned long long)be->prof_mm[j].n, mean, (double)be->prof_mm[j].bytes / (mean * 1e3));
     }
 }
 

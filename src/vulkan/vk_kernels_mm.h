@@ -147,6 +147,10 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
     VK_MM_QD(Y, X, t, tn, _d8, 128, 4, 2, l8, 4)              \
     VK_MM_QD(Y, X, t, tn, _dr4, 128, 4, 4, l16, 4)            \
     VK_MM_QD(Y, X, t, tn, _dw256, 256, 8, 2, l16, 4)          \
+    VK_MM_QD(Y, X, t, tn, _dw128s1, 128, 1, 2, l16, 4)        \
+    VK_MM_QD(Y, X, t, tn, _dw128s2, 128, 2, 2, l16, 4)        \
+    VK_MM_QD(Y, X, t, tn, _dw256s2, 256, 2, 2, l16, 4)        \
+    VK_MM_QD(Y, X, t, tn, _dw128s1u2, 128, 1, 2, l16, 2)      \
     VK_MM_Q(Y, X, t, tn, _r4q16, 128, 4, 4, l16, 4)           \
     VK_MM_Q(Y, X, t, tn, _u8q16, 128, 4, 2, l16, 8)           \
     VK_MM_Q(Y, X, t, tn, _u2q16, 128, 4, 2, l16, 2)           \

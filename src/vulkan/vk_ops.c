@@ -540,7 +540,18 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         break;
     }
     case VK_K_ROPE_F32:
-    case VK_K_ROPE_F32_FP32: {
+    case VK_K_ROPE_F32_FP32:
+    case VK_K_ROPE_SET_ROWS_F16: {
+        /* rope_set_rows: the exec is the SET_ROWS node, x->fused its rope
+         * (vk_backend.c); the rope's source, positions and factors are bound
+         * at 0-2, the cache at 3 */
+        const bool store = x->kernel == VK_K_ROPE_SET_ROWS_F16;
+        const tsl_tensor *cache = n;
+        if (store) {
+            n = x->fused;
+            a = n->src[0];
+            b = n->src[1];
+        }
         const tsl_tensor *ff = n->src[2];
         int n_dims = op_get_i32(n, 0), mode = op_get_i32(n, 1), n_ctx_orig = op_get_i32(n, 2);
         double base = op_get_f32(n, 3), fscale = op_get_f32(n, 4), ext = op_get_f32(n, 5);
@@ -558,7 +569,17 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         float hi = (float)theta, lo = (float)(theta - (double)hi);
         p = put_ne(p, a);
         p = vk_put_strides(p, a, 4, 0);
-        p = vk_put_strides(p, n, 4, 0);
+        if (store) {
+            /* element (j, head, token) of the rotated k goes to element
+             * head ne0 + j of the cache's row pos[token] */
+            const uint32_t c0 = vk_u32((int64_t)(cache->nb[0] / 2));
+            *p++ = c0;
+            *p++ = vk_u32(a->ne[0] * (int64_t)c0);
+            *p++ = vk_u32((int64_t)(cache->nb[1] / 2));
+            *p++ = 0;
+        } else {
+            p = vk_put_strides(p, n, 4, 0);
+        }
         *p++ = (uint32_t)n_dims;
         *p++ = (mode & TSL_ROPE_NEOX) ? 1u : 0u;
         *p++ = ff ? 1u : 0u;
@@ -575,6 +596,10 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = f2u((float)corr1);
         *p++ = f2u(hi);
         *p++ = f2u(lo);
+        if (store) {
+            *p++ = vk_u32(cache->ne[1]);
+            *p++ = (uint32_t)x->index;
+        }
         uint64_t per_row = (uint64_t)(n_dims / 2) + (uint64_t)(a->ne[0] - n_dims);
         vk_grid(d, (per_row * (uint64_t)tsl_nrows(a) + 255) / 256, grid);
         break;

@@ -31,11 +31,11 @@
  *
  * Tuning. The variants of vk_kernels_mm.h differ in specialization
  * constants only. TSL_VK_MM_VARIANT=name[,name...] makes the first named
- * kernel of a node's weight type that node's only candidate: the node then
- * runs on that kernel or, when it does not apply (a mat-vec kernel for 9
- * columns, cooperative matrices on a device without them), has no Vulkan
- * kernel at all, so a forced run can never silently measure another
- * kernel. Names of other weight types leave a node alone. The benchmark in
+ * kernel of a node's weight type that applies to the node (a mat-vec
+ * kernel for one column, a tile for many) that node's only candidate: where
+ * it names kernels of the type but none applies (cooperative matrices on a
+ * device without them), the node has no Vulkan kernel at all, so a forced
+ * run can never silently measure another kernel. Names of other weight types leave a node alone. The benchmark in
  * tests/vulkan/test_vk_mulmat.c (--bench) sweeps every variant this way.
  */
 #include <stdlib.h>
@@ -197,22 +197,28 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
     }
 }
 
-/* The kernel TSL_VK_MM_VARIANT names for weight type t and activation
- * type bt, or -1. */
-static int vk_mm_forced(int t, int bt) {
+/* The first kernel TSL_VK_MM_VARIANT names for weight type t and
+ * activation type bt that applies to node n; -2 where it names some for
+ * the types but none applies (the node then has no kernel), -1 where it
+ * names none. */
+static int vk_mm_forced(const vk_device *d, const tsl_tensor *n, int t, int bt) {
     const char *s = getenv("TSL_VK_MM_VARIANT");
     if (!s || !*s) return -1;
+    int named = -1;
     while (*s) {
         size_t len = strcspn(s, ",");
         for (int id = 0; id < VK_K_COUNT; id++) {
             const vk_mm_info *v = vk_mm_info_of(id);
             const char *name = vk_kernel_descs[id].name;
-            if (v && v->type == t && v->btype == bt && strlen(name) == len && strncmp(name, s, len) == 0) return id;
+            if (v && v->type == t && v->btype == bt && strlen(name) == len && strncmp(name, s, len) == 0) {
+                if (vk_mm_applies(d, id, n)) return id;
+                named = -2;
+            }
         }
         s += len;
         if (*s == ',') s++;
     }
-    return -1;
+    return named;
 }
 
 int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CAND]) {
@@ -229,9 +235,9 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
     if (n->ne[0] != a->ne[1] || n->ne[1] != b->ne[1] || n->ne[2] != b->ne[2] || n->ne[3] != b->ne[3]) return 0;
     if ((uint64_t)b->ne[2] * (uint64_t)b->ne[3] > d->props.limits.maxComputeWorkGroupCount[2]) return 0;
 
-    int forced = vk_mm_forced(t, bt);
+    const int forced = vk_mm_forced(d, n, t, bt);
+    if (forced == -2) return 0;
     if (forced >= 0) {
-        if (!vk_mm_applies(d, forced, n)) return 0;
         cand[0] = forced;
         return 1;
     }

@@ -138,6 +138,7 @@ set(TSL_VK_KERNELS
   "attn_combine_q_f32|attn_combine.comp|QOUT"
   "rope_f32|rope.comp|ROPE_F64"
   "rope_f32_fp32|rope.comp|ROPE_F32"
+  "rope_set_rows_f16|rope.comp|ROPE_F64,STORE_ROWS"
   "out_prod_f32_f32|out_prod.comp|A_F32"
   "out_prod_f16_f32|out_prod.comp|A_F16"
   "out_prod_bf16_f32|out_prod.comp|A_BF16"

@@ -59,13 +59,13 @@ static bool g_qdot; /* the device has integer dot products: Q8_0/Q4_0 mat-vec qu
 
 /* ---- cases -------------------------------------------------------------------- */
 
-enum { IN_VAL, IN_POSITIVE, IN_INT, IN_MASK };
+enum { IN_VAL, IN_POSITIVE, IN_INT, IN_MASK, IN_SEQ };
 
 typedef struct vkt_in {
     tsl_tensor *t;
     int kind;
     tsl_type qtype; /* values are rounded through this type (weights) */
-    float p;        /* IN_INT: values in [0, p); IN_MASK: share of -inf; IN_VAL: scale */
+    float p;        /* IN_INT: values in [0, p); IN_MASK: share of -inf; IN_VAL: scale; IN_SEQ: p, p + 1, ... */
 } vkt_in;
 
 typedef struct vkt_case {
@@ -111,6 +111,7 @@ static bool vkt_fill(const vkt_in *in, unsigned long long seed, tsl_error *err) 
         case IN_POSITIVE: v[i] = test_rand_f(&s, 0.1f, 2.0f); break;
         case IN_INT: v[i] = (float)(int)test_rand_f(&s, 0.0f, in->p); break;
         case IN_MASK: v[i] = test_rand_f(&s, 0, 1) < in->p ? -INFINITY : test_rand_f(&s, -2.0f, 0.5f); break;
+        case IN_SEQ: v[i] = in->p + (float)i; break;
         default: v[i] = test_rand_f(&s, -1.0f, 1.0f) * in->p; break;
         }
     }
@@ -758,6 +759,75 @@ static void test_fusion(void) {
     g_expected_validation_errors += s1.validation_errors - v0;
     CHECK(vk_test_set_kernel(g_vk, "swiglu_q_f32", NULL, 0, NULL, &err) == TSL_SUCCESS);
     vkt_print(&sb);
+}
+
+/* ---- fusion: rotated keys straight into the cache ------------------------------------ */
+
+typedef struct rr_arg {
+    int64_t hd, n_head, n_tok, pos0, n_ctx;
+    int rope_mode, n_dims;
+    bool ff;
+    int variant; /* 0: fused; 1: the rotated keys a graph output; 2: an F32 cache; 3: a view of the rotated keys
+                    read again */
+} rr_arg;
+
+/* set_rows(cache, reshape_2d(rope(k, pos)), pos, 1): a decoder's store of
+ * its keys. The result read is the whole cache. */
+static void build_rope_rows(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    (void)ref;
+    const rr_arg *a = arg;
+    tsl_tensor *k = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->hd, a->n_head, a->n_tok, 1);
+    tsl_tensor *pos = vkt_input(ctx, c, IN_SEQ, TSL_TYPE_I32, (float)a->pos0, a->n_tok, 1, 1, 1);
+    tsl_tensor *cache = vkt_input(ctx, c, IN_VAL, a->variant == 2 ? TSL_TYPE_F32 : TSL_TYPE_F16, 1,
+                                  a->hd * a->n_head, a->n_ctx, 1, 1);
+    tsl_tensor *ff = a->ff ? vkt_input(ctx, c, IN_POSITIVE, TSL_TYPE_F32, 1, a->n_dims / 2, 1, 1, 1) : NULL;
+    tsl_rope_params rp = tsl_rope_default(a->n_dims);
+    rp.mode = a->rope_mode;
+    rp.freq_base = 500000.0f;
+    tsl_tensor *r = tsl_rope(ctx, k, pos, ff, &rp);
+    if (a->variant == 1) r->flags |= TSL_FLAG_OUTPUT;
+    tsl_tensor *rows = tsl_reshape_2d(ctx, r, a->hd * a->n_head, a->n_tok);
+    c->out = tsl_set_rows(ctx, cache, rows, pos, 1);
+    if (a->variant == 3) c->out = tsl_set_rows(ctx, c->out, rows, pos, 1); /* the same rows stored again */
+}
+
+/* The backend writes the rotated keys into their cache rows in one
+ * dispatch where nothing else reads them (each of the two nodes apart
+ * otherwise), with the CPU's results either way; a position past the cache
+ * fails the compute naming the set_rows node, as set_rows apart does. */
+static void test_rope_rows(void) {
+    vkt_stat st = {.name = "rope into the cache"};
+    static const rr_arg cases[] = {
+        {128, 8, 1, 37, 64, TSL_ROPE_NORMAL, 128, true, 0},  {64, 2, 5, 3, 40, TSL_ROPE_NEOX, 32, false, 0},
+        {128, 4, 1, 63, 64, TSL_ROPE_NEOX, 128, false, 0},   {64, 2, 3, 10, 20, TSL_ROPE_NORMAL, 64, false, 1},
+        {64, 2, 3, 10, 20, TSL_ROPE_NORMAL, 64, false, 2},   {64, 2, 3, 10, 20, TSL_ROPE_NORMAL, 64, false, 3},
+    };
+    static const uint64_t want[] = {1, 1, 1, 2, 2, 3};
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        const rr_arg *a = &cases[i];
+        char what[96];
+        snprintf(what, sizeof what, "hd %lld x %lld, %lld tokens at %lld, variant %d", (long long)a->hd,
+                 (long long)a->n_head, (long long)a->n_tok, (long long)a->pos0, a->variant);
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        vkt_check(&st, build_rope_rows, a, (unsigned long long)(1700 + i), 2e-3, 2e-3, what);
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        CHECKF(s1.dispatches - s0.dispatches == want[i], "%s: %llu dispatches, want %llu", what,
+               (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
+    }
+    vkt_print(&st);
+    /* positions 62, 63, 64 of a 64-row cache: the third is out of range */
+    const rr_arg bad = {64, 2, 3, 62, 64, TSL_ROPE_NORMAL, 64, false, 0};
+    float *r = NULL;
+    int64_t nr = 0;
+    tsl_error err;
+    CHECK(vkt_run(g_vk, build_rope_rows, &bad, false, 1790, &r, &nr, &err) == TSL_FAILED);
+    char line[640];
+    tsl_error_format(&err, line, sizeof line);
+    CHECKF(err.node >= 0 && strstr(err.message, "set_rows: index 64 at position 2") != NULL, "got: %s", line);
+    free(r);
+    /* the compute after it is clean */
+    vkt_check(&st, build_rope_rows, &cases[0], 1791, 2e-3, 2e-3, "after the index error");
 }
 
 /* ---- fusion: attention for a few query columns ----------------------------------- */
@@ -1878,6 +1948,7 @@ int main(void) {
     RUN(test_training_ops);
     RUN(test_block);
     RUN(test_fusion);
+    RUN(test_rope_rows);
     RUN(test_attention);
     RUN(test_command_buffers);
     RUN(test_barriers);

@@ -27,7 +27,11 @@ layout(push_constant) uniform P {
     uint oq;                  /* QOUT: the quantized column's first word */
 } pc;
 
+#define SPLIT_MAX 64u /* vk_attn_split's most ranges */
+#define CR 8u         /* ranges' values in flight per invocation */
+
 layout(binding = 0) readonly buffer S { float sp[]; };
+shared float sm[SPLIT_MAX], sl[SPLIT_MAX];
 layout(binding = 3) writeonly buffer D { float d[]; };
 #if defined(QOUT)
 layout(binding = 2) writeonly buffer Q { uint qd[]; };
@@ -41,21 +45,32 @@ void main() {
     if (hn >= pc.n_head * pc.ncol) return; /* uniform per workgroup */
     const uint h = hn % pc.n_head, n = hn / pc.n_head, R = pc.hdv + 2u;
     const uint base = pc.os + hn * pc.nsplit * R;
+    /* the ranges' maxima and sums: a range an invocation, through shared
+     * memory (one round trip to memory, not one a range) */
+    const uint tid = gl_LocalInvocationID.x;
+    for (uint s = tid; s < pc.nsplit; s += 128u) {
+        const vec2 ml = vec2(sp[base + s * R], sp[base + s * R + 1u]);
+        sm[s] = ml.x;
+        sl[s] = ml.y;
+    }
+    barrier();
     float mx = -1.0 / 0.0;
-    for (uint s = 0u; s < pc.nsplit; s++) mx = max(mx, sp[base + s * R]);
+    for (uint s = 0u; s < pc.nsplit; s++) mx = max(mx, sm[s]);
     float l = 0.0;
     if (!isinf(mx))
-        for (uint s = 0u; s < pc.nsplit; s++) {
-            const float ms = sp[base + s * R];
-            if (!isinf(ms)) l += sp[base + s * R + 1u] * exp(ms - mx);
-        }
+        for (uint s = 0u; s < pc.nsplit; s++)
+            if (!isinf(sm[s])) l += sl[s] * exp(sm[s] - mx);
     const float inv = l > 0.0 ? 1.0 / l : 0.0;
-    for (uint e = gl_LocalInvocationID.x; e < pc.hdv; e += 128u) {
+    for (uint e = tid; e < pc.hdv; e += 128u) {
         float acc = 0.0;
         if (!isinf(mx))
-            for (uint s = 0u; s < pc.nsplit; s++) {
-                const float ms = sp[base + s * R];
-                if (!isinf(ms)) acc += sp[base + s * R + 2u + e] * exp(ms - mx);
+            for (uint s0 = 0u; s0 < pc.nsplit; s0 += CR) {
+                /* CR ranges' values in flight at once */
+                float v[CR];
+                [[unroll]] for (uint r = 0u; r < CR; r++)
+                    v[r] = s0 + r < pc.nsplit ? sp[base + (s0 + r) * R + 2u + e] : 0.0;
+                [[unroll]] for (uint r = 0u; r < CR; r++)
+                    if (s0 + r < pc.nsplit && !isinf(sm[s0 + r])) acc += v[r] * exp(sm[s0 + r] - mx);
             }
         d[pc.od + e * pc.sd0 + n * pc.sd1 + h * pc.sd2] = acc * inv;
 #if defined(QOUT)

@@ -45,6 +45,7 @@
 #define WG 128u
 #define CH 256u   /* keys a chunk */
 #define HD_MAX 256u
+#define KR 8u     /* 16-byte loads in flight per invocation */
 layout(local_size_x = 128) in;
 
 layout(push_constant) uniform P {
@@ -129,10 +130,19 @@ void main() {
                 const uint j = c0 + jj, row = kb + j * pc.sk1;
                 float s = 0.0;
                 if (kwide) {
-                    for (uint i = 0u; i < pc.hd; i += 8u) {
-                        float f[8];
-                        unpack8(kv8[(row + i) >> 3], f);
-                        [[unroll]] for (uint e = 0u; e < 8u; e++) s += f[e] * qs[i + e];
+                    /* the row's loads in rounds of KR, all of a round in
+                     * flight before the first is used: a round trip to
+                     * memory a round, not a load */
+                    for (uint i0 = 0u; i0 < pc.hd; i0 += 8u * KR) {
+                        uvec4 u[KR];
+                        [[unroll]] for (uint r = 0u; r < KR; r++)
+                            if (i0 + 8u * r < pc.hd) u[r] = kv8[((row + i0) >> 3) + r];
+                        [[unroll]] for (uint r = 0u; r < KR; r++)
+                            if (i0 + 8u * r < pc.hd) {
+                                float f[8];
+                                unpack8(u[r], f);
+                                [[unroll]] for (uint e = 0u; e < 8u; e++) s += f[e] * qs[i0 + 8u * r + e];
+                            }
                     }
                 } else {
                     for (uint i = 0u; i < pc.hd; i++) s += float(kv[row + i]) * qs[i];
@@ -167,12 +177,23 @@ void main() {
             const uint row = vb + e * pc.sv1 + c0;
             float s = 0.0;
             uint jj = 0u;
-            if (vwide)
-                for (; jj + 8u <= nc; jj += 8u) {
-                    float f[8];
-                    unpack8(kv8[(row + jj) >> 3], f);
-                    [[unroll]] for (uint i = 0u; i < 8u; i++) s += ps[jj + i] * f[i];
+            if (vwide) {
+                /* the whole groups of 8 keys in rounds of KR loads, as for
+                 * the scores */
+                const uint nw = nc & ~7u;
+                for (uint j0 = 0u; j0 < nw; j0 += 8u * KR) {
+                    uvec4 u[KR];
+                    [[unroll]] for (uint r = 0u; r < KR; r++)
+                        if (j0 + 8u * r < nw) u[r] = kv8[((row + j0) >> 3) + r];
+                    [[unroll]] for (uint r = 0u; r < KR; r++)
+                        if (j0 + 8u * r < nw) {
+                            float f[8];
+                            unpack8(u[r], f);
+                            [[unroll]] for (uint i = 0u; i < 8u; i++) s += ps[j0 + 8u * r + i] * f[i];
+                        }
                 }
+                jj = nw;
+            }
             for (; jj < nc; jj++) s += ps[jj] * float(kv[row + jj]);
             acc[t] = acc[t] * alpha + s;
         }

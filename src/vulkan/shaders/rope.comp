@@ -15,8 +15,22 @@
  * from the host in double as a float pair (hi + lo), and its i-th power is
  * taken by squaring. Without doubles everything is float, which loses about
  * pos * 6e-8 radians.
+ *
+ * STORE_ROWS (rope_set_rows_f16): the rotated values go straight into an F16
+ * cache, set_rows(cache, reshape_2d(rope(k, pos)), pos, 1) in one dispatch,
+ * which the Vulkan backend fuses when nothing else reads the rotated k
+ * (vk_backend.c): a level fewer per layer. The rope position of a token is
+ * then also its cache row: d's strides are the cache's, with sd2 the row
+ * stride (the token's dimension becomes row pos), and a position outside
+ * the cache's pc.lim rows is the set_rows node's (pc.node) data error,
+ * reported through the status words, nothing written for it. The F16
+ * rounding is set_rows.comp's (conv.glsl).
  */
 #include "common.glsl"
+#if defined(STORE_ROWS)
+#extension GL_EXT_shader_16bit_storage : require
+#include "conv.glsl"
+#endif
 
 layout(local_size_x = 256) in;
 
@@ -29,12 +43,22 @@ layout(push_constant) uniform P {
     uint sp, sff;
     float freq_scale, ext_factor, mscale, corr0, corr1;
     float theta_hi, theta_lo; /* base^(-2/n_dims) = hi + lo */
+#if defined(STORE_ROWS)
+    uint lim, node; /* the cache's rows; the set_rows node, for an index error */
+#endif
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
 layout(binding = 1) readonly buffer Pos { int pos[]; };
 layout(binding = 2) readonly buffer Ff { float ff[]; };
+#if defined(STORE_ROWS)
+layout(binding = 3) writeonly buffer D { uint16_t d[]; };
+layout(binding = 4) buffer S { uint status[]; };
+#define STORE(o, v) d[o] = uint16_t(f32_to_f16_bits(floatBitsToUint(v)))
+#else
 layout(binding = 3) writeonly buffer D { float d[]; };
+#define STORE(o, v) d[o] = (v)
+#endif
 
 float ramp(uint i) {
     float y = (float(i) - pc.corr0) / max(0.001, pc.corr1 - pc.corr0);
@@ -49,14 +73,26 @@ void main() {
     const uint t = e % per_row, row = e / per_row;
     const uint i1 = row % pc.ne1, i2 = (row / pc.ne1) % pc.ne2, i3 = row / (pc.ne1 * pc.ne2);
     const uint xa = pc.oa + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3;
+    const int p = pos[pc.op + i2 * pc.sp];
+#if defined(STORE_ROWS)
+    if (p < 0 || uint(p) >= pc.lim) {
+        if (atomicCompSwap(status[0], 0u, 1u) == 0u) {
+            status[1] = pc.node;
+            status[2] = uint(p);
+            status[3] = i2;
+        }
+        return;
+    }
+    const uint xd = pc.od + i1 * pc.sd1 + uint(p) * pc.sd2 + i3 * pc.sd3;
+#else
     const uint xd = pc.od + i1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3;
+#endif
     if (t >= half_dims) { /* past n_dims: copied through */
         const uint i = pc.n_dims + (t - half_dims);
-        d[xd + i * pc.sd0] = a[xa + i * pc.sa0];
+        STORE(xd + i * pc.sd0, a[xa + i * pc.sa0]);
         return;
     }
     const uint i = t;
-    const int p = pos[pc.op + i2 * pc.sp];
 #if defined(ROPE_F64)
     /* the mix multiplies angles of 1e5 radians: a float ramp would move
      * them by hundredths */
@@ -89,6 +125,6 @@ void main() {
     const uint j0 = pc.neox != 0u ? i : 2u * i;
     const uint j1 = pc.neox != 0u ? i + half_dims : 2u * i + 1u;
     const float x0 = a[xa + j0 * pc.sa0], x1 = a[xa + j1 * pc.sa0];
-    d[xd + j0 * pc.sd0] = x0 * c - x1 * s;
-    d[xd + j1 * pc.sd0] = x0 * s + x1 * c;
+    STORE(xd + j0 * pc.sd0, x0 * c - x1 * s);
+    STORE(xd + j1 * pc.sd0, x0 * s + x1 * c);
 }

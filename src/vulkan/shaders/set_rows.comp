@@ -10,6 +10,9 @@
  */
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
+#if defined(DST_F16)
+#include "conv.glsl"
+#endif
 
 layout(local_size_x = 256) in;
 
@@ -31,23 +34,6 @@ layout(binding = 3) writeonly buffer D { float d[]; };
 #endif
 layout(binding = 4) buffer S { uint status[]; };
 
-#if defined(DST_F16)
-/* f to F16 bits, round to nearest even; inf above the largest F16, NaN kept */
-uint f16_bits(float f) {
-    const uint u = floatBitsToUint(f), sgn = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a >= 0x7f800000u) return sgn | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u);
-    if (a >= 0x477ff000u) return sgn | 0x7c00u; /* >= 65520: rounds to inf */
-    if (a >= 0x38800000u) {                     /* normal F16 */
-        const uint r = a + 0xfffu + ((a >> 13) & 1u);
-        return sgn | ((r - 0x38000000u) >> 13);
-    }
-    /* subnormal F16 (or 0): multiples of 2^-24 */
-    const uint e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-    if (e < 102u) return sgn; /* below 2^-25: 0 */
-    const uint sh = 126u - e, q = m >> sh, rest = m & ((1u << sh) - 1u), half_ = 1u << (sh - 1u);
-    return sgn | (q + ((rest > half_ || (rest == half_ && (q & 1u) != 0u)) ? 1u : 0u));
-}
-#endif
 
 void main() {
     const uint e = wg_linear() * 256u + gl_LocalInvocationID.x;
@@ -68,7 +54,7 @@ void main() {
     const float v = s[pc.os + i0 * pc.ss0 + i1 * pc.ss1 + i2 * pc.ss2 + i3 * pc.ss3];
     const uint o = pc.od + o0 * pc.sd0 + o1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3;
 #if defined(DST_F16)
-    d[o] = uint16_t(f16_bits(v));
+    d[o] = uint16_t(f32_to_f16_bits(floatBitsToUint(v)));
 #else
     d[o] = v;
 #endif
