@@ -41,6 +41,8 @@
 #define VK_BIND_DST 3
 #define VK_BIND_STATUS 4
 #define VK_PC_WORDS 32   /* 128 bytes: the push-constant size every device has */
+#define VK_PC_NODE 31    /* the last word: the node + 1 a dispatch runs for (the progress word, common.glsl) */
+#define VK_SW_PROGRESS 8 /* status word: the last node + 1 any kernel of the compute started */
 #define VK_MAX_DEVICES 16
 #define VK_ALIGN 256     /* tensor placement alignment of Vulkan buffers */
 
@@ -344,7 +346,7 @@ typedef struct vk_device {
     PFN_vkCmdPushDescriptorSetKHR push_descriptor_set;
     PFN_vkGetDeviceFaultInfoEXT get_fault_info;
     PFN_vkCmdSetCheckpointNV set_checkpoint;
-    int cp_every; /* a checkpoint every cp_every-th level (TSL_VULKAN_CHECKPOINTS; 0 none) */
+    int cp_every; /* an NV checkpoint every cp_every-th level (TSL_VULKAN_CHECKPOINTS; 0, the default, none) */
     PFN_vkGetQueueCheckpointDataNV get_checkpoints;
 } vk_device;
 

@@ -156,8 +156,9 @@ typedef struct vk_xslot {
 enum { VK_REC_BARRIER, VK_REC_DISPATCH, VK_REC_STAMP, VK_REC_READBACK };
 typedef struct vk_rec {
     uint32_t kind;
-    uint32_t mark; /* dispatch: its NV checkpoint (node + 1, 0 none); stamp: the query */
-    int32_t node;  /* dispatch: the node it computes */
+    uint32_t mark;  /* dispatch: its NV checkpoint (node + 1, 0 none); stamp: the query */
+    uint32_t level; /* dispatch: 1 where a level of dispatches starts (after a barrier, or the first) */
+    int32_t node;   /* dispatch: the node it computes */
     VkPipeline pipe;
     uint32_t sets; /* bound through an ordinary descriptor set (vk_kernel.sets), push descriptors elsewhere */
     VkDescriptorBufferInfo bi[VK_NBIND];
@@ -967,6 +968,11 @@ static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x
                                    uint32_t pcsize, const uint32_t grid[3]) {
     vk_device *d = be->dev;
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return VK_SUCCESS;
+    if (pcsize > VK_PC_NODE * sizeof *pc) { /* a kernel's parameters over the progress word: a bug, refused */
+        TSL_LOGE("%s: kernel %s takes %u bytes of push constants, past the progress word's", be->name,
+                 vk_kernel_descs[x->kernel].name, pcsize);
+        return VK_ERROR_UNKNOWN;
+    }
     bool level = sl->dispatches == 0;
     if (vk_hazard(sl, x)) {
         if (!vk_tape_add(sl, VK_REC_BARRIER)) return VK_ERROR_OUT_OF_HOST_MEMORY;
@@ -985,8 +991,11 @@ static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x
         r->bi[j] = (VkDescriptorBufferInfo){.buffer = b->blk->buf, .offset = b->off, .range = b->range};
     }
     r->bi[VK_BIND_STATUS] = (VkDescriptorBufferInfo){.buffer = be->sbuf, .offset = 0, .range = VK_WHOLE_SIZE};
-    r->pcsize = pcsize;
+    /* the push constants, and in their last word the node for the
+     * progress word (common.glsl): every kernel's block ends there */
     if (pcsize) memcpy(r->pc, pc, pcsize);
+    r->pc[VK_PC_NODE] = (uint32_t)x->index + 1u;
+    r->pcsize = VK_PC_WORDS * sizeof *pc;
     memcpy(r->grid, grid, sizeof r->grid);
     r->node = x->index;
     /* An NV checkpoint where a level starts (every cp_every-th level): the
@@ -996,6 +1005,7 @@ static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x
      * products, halving their rate). Placed whether or not the device has
      * checkpoints (vk_play_tape records them only where it does). */
     r->mark = 0;
+    r->level = level;
     if (level) {
         if (d->cp_every > 0 && sl->levels % (uint32_t)d->cp_every == 0) r->mark = (uint32_t)x->index + 1u;
         sl->levels++;
@@ -1352,6 +1362,51 @@ static int vk_checkpoint_span(const vk_slot *sl, int node) {
     return last;
 }
 
+/* The level of dispatches in the slot's recorded commands that holds
+ * node's dispatch: its first and last node; false where the slot records
+ * no dispatch of node. */
+static bool vk_level_of(const vk_slot *sl, int node, int *first, int *last) {
+    if (node < 0 || !sl->recorded) return false;
+    bool found = false;
+    int start = -1;
+    for (int i = 0; i < sl->n_prev; i++) {
+        const vk_rec *r = &sl->prev[i];
+        if (r->kind != VK_REC_DISPATCH) continue;
+        if (r->level) {
+            if (found) break; /* the next level */
+            start = r->node;
+            *last = r->node;
+        }
+        if (r->node > *last) *last = r->node;
+        if (r->node == node) found = true;
+    }
+    if (found) *first = start;
+    return found;
+}
+
+/* What the progress word (common.glsl) says of slot s: the level of the
+ * last node any kernel of the compute started, where that node is one of
+ * the slot's ("nodes a..b were running", into what); -1 where it is not (a
+ * kernel of an earlier command buffer, or none: a kernel that does not
+ * raise the word, e.g. a test's). Returns the level's first node. */
+static int vk_progress_level(const vk_backend *be, const vk_slot *sl, char *what, size_t cap) {
+    const int p = (int)((volatile const uint32_t *)be->swords)[VK_SW_PROGRESS] - 1;
+    int first = -1, last = -1;
+    if (!vk_level_of(sl, p, &first, &last)) return -1;
+    if (first == last)
+        snprintf(what, cap, "node %d was running (the last level of kernels to start)", first);
+    else
+        snprintf(what, cap, "nodes %d..%d were running (the last level of kernels to start)", first, last);
+    return first;
+}
+
+/* The exec of node in slot s (the slot's first where none). */
+static const vk_exec *vk_slot_exec(const vk_backend *be, const vk_slot *sl, int node) {
+    for (int k = 0; k < sl->count; k++)
+        if (be->exec[sl->first + k].index == node) return &be->exec[sl->first + k];
+    return &be->exec[sl->first];
+}
+
 /* Wait for slot s's fence, bounded by the watchdog. */
 static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
     vk_device *d = be->dev;
@@ -1382,9 +1437,15 @@ static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
             if (el >= budget) {
                 const char *rn = "VK_TIMEOUT";
                 tsl_status st = tsl_fault_classify("VkResult", VK_TIMEOUT, TSL_PHASE_SUBMIT, &rn);
-                error_set(rec, st, be->name, be->device, x->index, x->node, vk_first_kernel(be, sl),
-                          "GPU hang: no progress in %.1f s (command buffer %d of %d, nodes %d..%d, did not finish)",
-                          (double)el / 1e9, s + 1, be->n_used, x->index, be->exec[sl->first + sl->count - 1].index);
+                /* the running level, from the progress word */
+                char run[128] = "";
+                const int node = vk_progress_level(be, sl, run, sizeof run);
+                const vk_exec *xr = vk_slot_exec(be, sl, node);
+                error_set(rec, st, be->name, be->device, xr->index, xr->node,
+                          node >= 0 ? vk_kernel_descs[xr->kernel].name : vk_first_kernel(be, sl),
+                          "GPU hang: no progress in %.1f s (command buffer %d of %d, nodes %d..%d, did not finish%s%s)",
+                          (double)el / 1e9, s + 1, be->n_used, x->index, be->exec[sl->first + sl->count - 1].index,
+                          run[0] ? "; " : "", run);
                 if (rec) {
                     snprintf(rec->driver_domain, sizeof rec->driver_domain, "VkResult");
                     rec->driver_code = VK_TIMEOUT;
@@ -1401,26 +1462,24 @@ static tsl_status vk_wait_slot(vk_backend *be, int s, tsl_error *rec) {
         sl->fence_pending = false;
         return TSL_SUCCESS;
     }
-    /* the node the checkpoints say was running, with its own kernel; else
-     * the command buffer's first node */
-    int node = r == VK_ERROR_DEVICE_LOST ? vk_device_checkpoint_node(d) : -1;
-    const tsl_tensor *nt = x->node;
-    const char *kname = vk_first_kernel(be, sl);
-    if (node >= 0) {
-        for (int k = 0; k < sl->count; k++)
-            if (be->exec[sl->first + k].index == node) {
-                nt = be->exec[sl->first + k].node;
-                kname = vk_kernel_descs[be->exec[sl->first + k].kernel].name;
-            }
-    } else {
-        node = x->index;
+    /* the level the progress word says was running (or, without it, the
+     * node the NV checkpoints name, where they are on), with its own
+     * kernel; else the command buffer's first node */
+    char run[128] = "";
+    int node = r == VK_ERROR_DEVICE_LOST ? vk_progress_level(be, sl, run, sizeof run) : -1;
+    int last = -1;
+    if (node < 0 && r == VK_ERROR_DEVICE_LOST) {
+        node = vk_device_checkpoint_node(d);
+        last = vk_checkpoint_span(sl, node);
+        if (last > node) snprintf(run, sizeof run, "the checkpoints place it in nodes %d..%d", node, last);
     }
-    char what[192];
-    int n = snprintf(what, sizeof what, "command buffer %d of %d (nodes %d..%d)", s + 1, be->n_used, x->index,
-                     be->exec[sl->first + sl->count - 1].index);
-    int last = vk_checkpoint_span(sl, node);
-    if (last > node && n > 0 && (size_t)n < sizeof what)
-        snprintf(what + n, sizeof what - (size_t)n, "; the checkpoints place it in nodes %d..%d", node, last);
+    const vk_exec *xr = vk_slot_exec(be, sl, node);
+    const tsl_tensor *nt = xr->node;
+    const char *kname = xr->index == node ? vk_kernel_descs[xr->kernel].name : vk_first_kernel(be, sl);
+    if (xr->index != node) node = x->index;
+    char what[320];
+    snprintf(what, sizeof what, "command buffer %d of %d (nodes %d..%d)%s%s", s + 1, be->n_used, x->index,
+             be->exec[sl->first + sl->count - 1].index, run[0] ? "; " : "", run);
     tsl_status st = vk_error(rec, r, TSL_PHASE_SUBMIT, be->name, be->device, node, nt, kname, what);
     if (st == TSL_DEVICE_LOST) vk_device_set_lost(d, rec);
     return st;
@@ -1809,7 +1868,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         for (int k = 0; k < sl->count; k++) sl->work_s += be->exec[sl->first + k].cost_s;
         sl->fence_pending = false;
     }
-    memset(be->swords, 0, 4 * sizeof *be->swords);
+    memset(be->swords, 0, (VK_SW_PROGRESS + 1) * sizeof *be->swords);
     if (!replay && used > 1 && !vk_ensure_threads(be, used - 1)) {
         TSL_LOGW("%s: could not start encoder threads; encoding on the calling thread", be->name);
         for (int s = 1; s < used; s++) be->slots[0].count += be->slots[s].count;
@@ -2868,7 +2927,7 @@ tsl_status tsl_backend_vulkan_stats(const tsl_backend *b, tsl_vulkan_stats *out)
     return TSL_SUCCESS;
 }
 
-int vk_test_checkpoints(tsl_backend *b, int s, int *first, int *last, int cap) {
+int vk_test_levels(tsl_backend *b, int s, int *first, int *last, int cap) {
     if (!vk_backend_dev(b)) return -1;
     const vk_backend *be = (const vk_backend *)b;
     if (s < 0 || s >= be->n_used || !be->slots[s].recorded) return -1;
@@ -2876,14 +2935,16 @@ int vk_test_checkpoints(tsl_backend *b, int s, int *first, int *last, int cap) {
     int n = 0;
     for (int i = 0; i < sl->n_prev; i++) {
         const vk_rec *r = &sl->prev[i];
-        if (r->kind != VK_REC_DISPATCH || !r->mark) continue;
-        if (n < cap) {
-            first[n] = (int)r->mark - 1;
-            last[n] = vk_checkpoint_span(sl, (int)r->mark - 1);
-        }
+        if (r->kind != VK_REC_DISPATCH || !r->level) continue;
+        if (n < cap) vk_level_of(sl, r->node, &first[n], &last[n]);
         n++;
     }
     return n;
+}
+
+int vk_test_progress(tsl_backend *b) {
+    if (!vk_backend_dev(b)) return -1;
+    return (int)((volatile const uint32_t *)((const vk_backend *)b)->swords)[VK_SW_PROGRESS] - 1;
 }
 
 tsl_status vk_test_set_kernel(tsl_backend *b, const char *name, const uint32_t *spv, size_t size, const char *entry,

@@ -757,9 +757,12 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
     if (d->f.push_descriptors) exts[n_exts++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
     if (d->f.device_fault) exts[n_exts++] = VK_EXT_DEVICE_FAULT_EXTENSION_NAME;
     /* TSL_VULKAN_CHECKPOINTS=N: an NV checkpoint at the start of every N-th
-     * level of dispatches (default 1: each level; a loss is placed within
-     * N levels); 0: none (a loss then names no node) */
-    d->cp_every = 1;
+     * level of dispatches as well (a loss is placed within N levels by them
+     * too); 0, the default: none. The progress word every kernel raises
+     * (common.glsl) names the running level without them and costs nothing
+     * measurable; a checkpoint at every level cost 13% of an 8B decode
+     * token on the H200 (bench/RESULTS.md, run 56). */
+    d->cp_every = 0;
     const char *cpe = getenv("TSL_VULKAN_CHECKPOINTS");
     if (cpe && *cpe) {
         char *end;

@@ -262,7 +262,13 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
     int k = 0;
     /* block weights, one column: integer dot products where the device has
      * them, else the float team kernel */
-    const int vecq = t == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_VECQ_Q8_0 : t == TSL_TYPE_Q4_0 ? VK_K_MUL_MAT_VECQ_Q4_0 : -1;
+    int vecq = t == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_VECQ_Q8_0 : t == TSL_TYPE_Q4_0 ? VK_K_MUL_MAT_VECQ_Q4_0 : -1;
+    /* long rows (an FFN's down projection): teams of 64 lanes, so a row's
+     * blocks take half the rounds of loads; 4096x14336 Q4_0 ran 17.5 us a
+     * product against 20.6 on the H200, and shorter rows slower
+     * (bench/RESULTS.md, run 55) */
+    if (vecq >= 0 && a->ne[0] >= 8192)
+        vecq = t == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_VECQ_Q8_0_dw128s2 : VK_K_MUL_MAT_VECQ_Q4_0_dw128s2;
     if (N == 1 && bt == TSL_TYPE_F32 && vecq >= 0 && vk_mm_applies(d, vecq, n) && d->k[vecq].runnable &&
         d->k[VK_K_QUANTIZE_Q8_F32].runnable)
         cand[k++] = vecq;

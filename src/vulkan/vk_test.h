@@ -22,11 +22,14 @@ tsl_status vk_test_set_kernel(tsl_backend *be, const char *name, const uint32_t 
 /* The embedded SPIR-V words of kernel name (size in bytes), or NULL. */
 const uint32_t *vk_test_kernel_spirv(const char *name, size_t *size);
 
-/* Where the last compute put its NV checkpoints in command buffer s (placed
- * whether or not the device records them): for each, the node it names in
- * first[] and the last node of its span (the nodes up to the next one) in
- * last[], at most cap of them. Returns how many there are, or -1 (no such
- * command buffer, or not a Vulkan backend). */
-int vk_test_checkpoints(tsl_backend *be, int s, int *first, int *last, int cap);
+/* The levels of dispatches (each after a barrier, or the first) of the
+ * last compute's command buffer s: the first node of each in first[] and
+ * its last in last[], at most cap of them. They are what a hang or a device
+ * loss is placed in (the progress word, common.glsl). Returns how many
+ * there are, or -1 (no such command buffer, or not a Vulkan backend). */
+int vk_test_levels(tsl_backend *be, int s, int *first, int *last, int cap);
+/* The last node any kernel of the backend's latest compute started (its
+ * progress word), -1 for none; -1 for a backend not Vulkan. */
+int vk_test_progress(tsl_backend *be);
 
 #endif /* TSL_VK_TEST_H */

@@ -57,6 +57,7 @@
 #include "test.h"
 #include "vulkan/vk_harness.h"
 #include "vulkan/vk_test.h"
+#include "spin_spv.h"
 
 /* lavapipe leaks what it allocated for a pipeline it refuses (test (a)
  * makes one on purpose); those allocations are the driver's, not ours.
@@ -608,50 +609,12 @@ static void test_concurrent_faulty_clean(void) {
 
 /* ---- (d) a hang, and loss --------------------------------------------------------- */
 
-/* A kernel whose every workgroup spins a[0] times (built from:
- *   layout(local_size_x = 1) in;
- *   layout(binding = 0) readonly buffer A { float a[]; };
- *   layout(binding = 3) volatile buffer D { float d[]; };
- *   void main() { uint n = uint(a[0]);
- *                 for (uint i = 0u; i < n; i++) d[0] = d[0] * 0.999 + 0.5; }
- * by glslc; volatile keeps the compiler from folding the loop), registered
- * in place of sqr_f32, whose grid has one workgroup per 256 elements. llvmpipe
- * stops any shader after 65535 loop iterations, so the work is made long by
- * the number of workgroups: long-running work the watchdog has to call a
+/* tests/vulkan/shaders_test/spin.comp (spin_spv.h, generated at build
+ * time), registered in place of sqr_f32, whose grid has one workgroup per
+ * 256 elements: every workgroup spins a[0] times. llvmpipe stops any
+ * shader after 65535 loop iterations, so the work is made long by the
+ * number of workgroups: long-running work the watchdog has to call a
  * hang. */
-static const uint32_t spin_spv[] = {
-    0x07230203u, 0x00010500u, 0x000d000bu, 0x00000031u, 0x00000000u, 0x00020011u, 0x00000001u, 0x0006000bu,
-    0x00000001u, 0x4c534c47u, 0x6474732eu, 0x3035342eu, 0x00000000u, 0x0003000eu, 0x00000000u, 0x00000001u,
-    0x0007000fu, 0x00000005u, 0x00000004u, 0x6e69616du, 0x00000000u, 0x0000000du, 0x00000022u, 0x00060010u,
-    0x00000004u, 0x00000011u, 0x00000001u, 0x00000001u, 0x00000001u, 0x00040047u, 0x0000000au, 0x00000006u,
-    0x00000004u, 0x00040048u, 0x0000000bu, 0x00000000u, 0x00000018u, 0x00050048u, 0x0000000bu, 0x00000000u,
-    0x00000023u, 0x00000000u, 0x00030047u, 0x0000000bu, 0x00000002u, 0x00040047u, 0x0000000du, 0x00000022u,
-    0x00000000u, 0x00040047u, 0x0000000du, 0x00000021u, 0x00000000u, 0x00040047u, 0x0000001fu, 0x00000006u,
-    0x00000004u, 0x00040048u, 0x00000020u, 0x00000000u, 0x00000015u, 0x00040048u, 0x00000020u, 0x00000000u,
-    0x00000017u, 0x00050048u, 0x00000020u, 0x00000000u, 0x00000023u, 0x00000000u, 0x00030047u, 0x00000020u,
-    0x00000002u, 0x00040047u, 0x00000022u, 0x00000022u, 0x00000000u, 0x00040047u, 0x00000022u, 0x00000021u,
-    0x00000003u, 0x00040047u, 0x0000002fu, 0x0000000bu, 0x00000019u, 0x00020013u, 0x00000002u, 0x00030021u,
-    0x00000003u, 0x00000002u, 0x00040015u, 0x00000006u, 0x00000020u, 0x00000000u, 0x00030016u, 0x00000009u,
-    0x00000020u, 0x0003001du, 0x0000000au, 0x00000009u, 0x0003001eu, 0x0000000bu, 0x0000000au, 0x00040020u,
-    0x0000000cu, 0x0000000cu, 0x0000000bu, 0x0004003bu, 0x0000000cu, 0x0000000du, 0x0000000cu, 0x00040015u,
-    0x0000000eu, 0x00000020u, 0x00000001u, 0x0004002bu, 0x0000000eu, 0x0000000fu, 0x00000000u, 0x00040020u,
-    0x00000010u, 0x0000000cu, 0x00000009u, 0x0004002bu, 0x00000006u, 0x00000015u, 0x00000000u, 0x00020014u,
-    0x0000001du, 0x0003001du, 0x0000001fu, 0x00000009u, 0x0003001eu, 0x00000020u, 0x0000001fu, 0x00040020u,
-    0x00000021u, 0x0000000cu, 0x00000020u, 0x0004003bu, 0x00000021u, 0x00000022u, 0x0000000cu, 0x0004002bu,
-    0x00000009u, 0x00000025u, 0x3f7fbe77u, 0x0004002bu, 0x00000009u, 0x00000027u, 0x3f000000u, 0x0004002bu,
-    0x0000000eu, 0x0000002bu, 0x00000001u, 0x00040017u, 0x0000002du, 0x00000006u, 0x00000003u, 0x0004002bu,
-    0x00000006u, 0x0000002eu, 0x00000001u, 0x0006002cu, 0x0000002du, 0x0000002fu, 0x0000002eu, 0x0000002eu,
-    0x0000002eu, 0x00050036u, 0x00000002u, 0x00000004u, 0x00000000u, 0x00000003u, 0x000200f8u, 0x00000005u,
-    0x00060041u, 0x00000010u, 0x00000011u, 0x0000000du, 0x0000000fu, 0x0000000fu, 0x0004003du, 0x00000009u,
-    0x00000012u, 0x00000011u, 0x0004006du, 0x00000006u, 0x00000013u, 0x00000012u, 0x000200f9u, 0x00000016u,
-    0x000200f8u, 0x00000016u, 0x000700f5u, 0x00000006u, 0x00000030u, 0x00000015u, 0x00000005u, 0x0000002cu,
-    0x00000017u, 0x000500b0u, 0x0000001du, 0x0000001eu, 0x00000030u, 0x00000013u, 0x000400f6u, 0x00000018u,
-    0x00000017u, 0x00000000u, 0x000400fau, 0x0000001eu, 0x00000017u, 0x00000018u, 0x000200f8u, 0x00000017u,
-    0x00060041u, 0x00000010u, 0x00000023u, 0x00000022u, 0x0000000fu, 0x0000000fu, 0x0004003du, 0x00000009u,
-    0x00000024u, 0x00000023u, 0x0008000cu, 0x00000009u, 0x00000028u, 0x00000001u, 0x00000032u, 0x00000024u,
-    0x00000025u, 0x00000027u, 0x0003003eu, 0x00000023u, 0x00000028u, 0x00050080u, 0x00000006u, 0x0000002cu,
-    0x00000030u, 0x0000002bu, 0x000200f9u, 0x00000016u, 0x000200f8u, 0x00000018u, 0x000100fdu, 0x00010038u,
-};
 
 static double now_s(void) {
     struct timespec ts;
@@ -696,7 +659,9 @@ static void test_hang(void) {
         tsl_ctx_free(ctx);
         ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
         a = tsl_tensor_set_name(tsl_new_tensor_1d(ctx, TSL_TYPE_F32, n), "spins");
-        tsl_tensor *y = tsl_tensor_set_name(tsl_sqr(ctx, a), "spin");
+        /* the spin between two scales: a level before it and one after */
+        tsl_tensor *y = tsl_tensor_set_name(tsl_sqr(ctx, tsl_scale(ctx, a, 1.0f)), "spin");
+        y = tsl_scale(ctx, y, 1.0f);
         g = tsl_graph_build(ctx, &y, 1);
         buf = tsl_buffer_alloc_ctx(g_vk, ctx, &err);
         CHECK(buf != NULL);
@@ -708,6 +673,8 @@ static void test_hang(void) {
     }
     printf("  spin: %.3g ms per workgroup, %lld workgroups\n", per * 1e3, (long long)(n / 256));
     tsl_backend_vulkan_set_watchdog_ms(g_vk, 300);
+    /* one command buffer: its first node is the scale before the spin */
+    tsl_backend_vulkan_set_command_buffers(g_vk, 1, &err);
     double t0 = now_s();
     tsl_status st = tsl_backend_graph_compute(g_vk, g, &err);
     double took = now_s() - t0;
@@ -716,7 +683,11 @@ static void test_hang(void) {
     printf("  watchdog 300 ms: DEVICE_LOST after %.2f s (the kernel needs ~2 s)\n", took);
     CHECK(took < 1.5);
     CHECK_STR_CONTAINS(err.message, "GPU hang: no progress in");
+    /* named by the progress word: the spin (node 1), not its command
+     * buffer's first node */
     CHECK(strcmp(err.op, "SQR") == 0);
+    CHECK(err.node == 1);
+    CHECK_STR_CONTAINS(err.message, "node 1 was running");
     CHECK(strcmp(err.driver_text, "VK_TIMEOUT") == 0);
     /* latched, device-wide, with the original cause, answered at once */
     tsl_error e2;
@@ -757,6 +728,7 @@ static void test_hang(void) {
     CHECK(fg_same(&f, want));
     free(want);
     fg_free(&f);
+    tsl_backend_vulkan_set_command_buffers(g_vk, 4, &err);
     tsl_buffer_free(buf);
     tsl_ctx_free(ctx);
     tsl_backend_free(other);

@@ -1084,23 +1084,25 @@ static void test_barriers(void) {
      * one, depending on where the graph order puts it) */
     CHECKF(bars >= 7 && bars <= 8, "barriers %llu", (unsigned long long)bars);
     CHECK(s1.dispatches - s0.dispatches == 16);
-    /* NV checkpoints (placed on every device, recorded where it has them):
-     * one where each level starts, spanning the nodes up to the next, so the
-     * 8 independent scales share one and together the spans cover all 16
-     * nodes in order (one per dispatch would be 16 checkpoints) */
+    /* the levels a hang is placed in: one where each barrier ends the last,
+     * so the 8 independent scales share one and together the spans cover
+     * all 16 nodes in order */
     int cf[32], cl[32];
-    int ncp = vk_test_checkpoints(g_vk, 0, cf, cl, 32);
-    CHECKF(ncp == (int)bars + 1, "%d checkpoints for %llu barriers", ncp, (unsigned long long)bars);
+    int ncp = vk_test_levels(g_vk, 0, cf, cl, 32);
+    CHECKF(ncp == (int)bars + 1, "%d levels for %llu barriers", ncp, (unsigned long long)bars);
     if (ncp == (int)bars + 1) {
         int widest = 0, covered = 0;
         for (int i = 0; i < ncp; i++) {
-            CHECKF(cl[i] >= cf[i], "checkpoint %d: span %d..%d", i, cf[i], cl[i]);
-            if (i > 0) CHECKF(cf[i] == cl[i - 1] + 1, "checkpoint %d starts at %d, the last span ended at %d", i, cf[i], cl[i - 1]);
+            CHECKF(cl[i] >= cf[i], "level %d: span %d..%d", i, cf[i], cl[i]);
+            if (i > 0) CHECKF(cf[i] == cl[i - 1] + 1, "level %d starts at %d, the last span ended at %d", i, cf[i], cl[i - 1]);
             covered += cl[i] - cf[i] + 1;
             if (cl[i] - cf[i] + 1 > widest) widest = cl[i] - cf[i] + 1;
         }
         CHECKF(covered == 16, "the spans cover %d nodes", covered);
         CHECKF(widest >= 8, "the widest span has %d nodes", widest);
+        /* every kernel raised the progress word: the last node */
+        CHECKF(vk_test_progress(g_vk) == cl[ncp - 1], "progress word %d, last node %d", vk_test_progress(g_vk),
+               cl[ncp - 1]);
     }
     CHECK(tsl_tensor_get(chain, v, 0, sizeof v, &err) == TSL_SUCCESS);
     CHECK_NEAR(v[512], 512.0 / 256.0, 1e-6);

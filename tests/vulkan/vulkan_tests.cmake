@@ -51,6 +51,12 @@ foreach(sh wild_write spin)
   list(APPEND TSL_VKT_HEADERS ${TSL_VKT_GEN}/${sh}_spv.h)
 endforeach()
 
+# test_vk_faults registers spin.comp as a kernel that hangs for the watchdog
+if(TARGET vulkan_test_vk_faults)
+  target_sources(vulkan_test_vk_faults PRIVATE ${TSL_VKT_GEN}/spin_spv.h)
+  target_include_directories(vulkan_test_vk_faults PRIVATE ${TSL_VKT_GEN})
+endif()
+
 add_executable(vulkan_hang_wild_write ${TSL_VKT_DIR}/hang_wild_write.c ${TSL_VKT_HEADERS})
 set_target_properties(vulkan_hang_wild_write PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 target_include_directories(vulkan_hang_wild_write PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/tests

@@ -19,6 +19,7 @@ layout(push_constant) uniform P {
     uint sa0, sa1, sa2, sa3;
     uint sd0;
     uint oa, od;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
@@ -28,6 +29,7 @@ shared float rv[WG];
 shared uint ri[WG]; /* index, or 0xffffffff: nothing found (all NaN) */
 
 void main() {
+    TSL_PROGRESS();
     const uint row = wg_linear();
     if (row >= pc.ne1 * pc.ne2 * pc.ne3) return; /* uniform per workgroup */
     const uint tid = gl_LocalInvocationID.x;

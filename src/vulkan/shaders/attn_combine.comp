@@ -25,6 +25,7 @@ layout(push_constant) uniform P {
     uint os;                  /* the partials' first word */
     uint od, sd0, sd1, sd2;   /* out: (e, n, h) */
     uint oq;                  /* QOUT: the quantized column's first word */
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 #define SPLIT_MAX 64u /* vk_attn_split's most ranges */
@@ -41,6 +42,7 @@ shared int qsum[64];
 #endif
 
 void main() {
+    TSL_PROGRESS();
     const uint hn = wg_linear();
     if (hn >= pc.n_head * pc.ncol) return; /* uniform per workgroup */
     const uint h = hn % pc.n_head, n = hn / pc.n_head, R = pc.hdv + 2u;

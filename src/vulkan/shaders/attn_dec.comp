@@ -57,6 +57,7 @@ layout(push_constant) uniform P {
     uint om, sm0, sm1;                    /* mask: (j, n) */
     uint od;                              /* the partials: (h, n, split) at od + ((n H + h) nsplit + split) (hdv + 2) */
     float scale;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer KV { float16_t kv[]; };
@@ -103,6 +104,7 @@ void unpack8(uvec4 u, out float f[8]) {
 }
 
 void main() {
+    TSL_PROGRESS();
     const uint wg = wg_linear();
     if (wg >= pc.n_head * pc.ncol * pc.nsplit) return; /* uniform per workgroup */
     const uint split = wg % pc.nsplit, hn = wg / pc.nsplit, h = hn % pc.n_head, n = hn / pc.n_head;

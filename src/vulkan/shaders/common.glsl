@@ -11,8 +11,25 @@
  * view, permute or transpose is read in place.
  *
  * Grids wider than 65535 workgroups fold into y: wg_linear() undoes it.
+ *
+ * Progress: every kernel's push constants end with the node it runs for
+ * (tsl_node, node index + 1, at offset 124), and its first invocation of
+ * workgroup (0, 0, 0) raises the compute's progress word (status word 8)
+ * to it before anything else (TSL_PROGRESS() opens every main). Levels of
+ * dispatches run in order, so after a hang or a device loss the word names
+ * the last level any kernel started: the host reads it from the mapped
+ * status words, which stay readable when the device does not. One atomic
+ * per dispatch, into host memory the kernel does not wait on: no
+ * measurable cost (8B decode on the H200, bench/RESULTS.md run 57), where
+ * an NV checkpoint at every level cost 13% of the token.
  */
 
 #extension GL_EXT_control_flow_attributes : enable
 
 uint wg_linear() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
+
+layout(binding = 4) buffer TslStatus { uint tsl_status_words[]; };
+#define TSL_PROGRESS_WORD 8u
+#define TSL_PROGRESS()                                                                    \
+    if (gl_LocalInvocationIndex == 0u && gl_WorkGroupID == uvec3(0u) && pc.tsl_node != 0u) \
+    atomicMax(tsl_status_words[TSL_PROGRESS_WORD], pc.tsl_node)

@@ -18,9 +18,11 @@ layout(push_constant) uniform P {
     uint sd0, sd1, sd2, sd3;
     uint oa, ob, od;
     uint dim;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 void main() {
+    TSL_PROGRESS();
     const uint e = wg_linear() * 256u + gl_LocalInvocationID.x;
     if (e >= pc.ne0 * pc.ne1 * pc.ne2 * pc.ne3) return;
     uint r = e;

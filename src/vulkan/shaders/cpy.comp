@@ -35,6 +35,7 @@ layout(push_constant) uniform P {
     uint sd0, sd1, sd2, sd3;
     uint oa, od;
     uint flags;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 #include "cpy_src.glsl"
@@ -127,6 +128,7 @@ void copy_quad(uint q) {
 #endif
 
 void main() {
+    TSL_PROGRESS();
 #if !defined(SRC_BLOCK)
     if ((pc.flags & 8u) != 0u) {
         const uint q = wg_linear() * 256u + gl_LocalInvocationID.x;

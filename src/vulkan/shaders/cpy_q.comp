@@ -41,6 +41,7 @@ layout(push_constant) uniform P {
     uint sd0, sd1, sd2, sd3; /* destination strides in 16-bit words (sd0: one block) */
     uint oa, od;
     uint flags;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 #include "cpy_src.glsl"
@@ -105,6 +106,7 @@ uint q4_nibble(uint p) {
 }
 
 void main() {
+    TSL_PROGRESS();
     const uint nbr = pc.nd0 >> 5; /* blocks per destination row */
     const uint bi = wg_linear() * 64u + gl_LocalInvocationID.x;
     if (bi >= nbr * pc.nd1 * pc.nd2 * pc.nd3) return;

@@ -20,9 +20,11 @@ layout(push_constant) uniform P {
     uint nd0, nd1, nd2, nd3; /* destination shape, in units */
     uint sd0, sd1, sd2, sd3;
     uint oa, od;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 void main() {
+    TSL_PROGRESS();
     const uint u = wg_linear() * 256u + gl_LocalInvocationID.x;
     if (u >= pc.nd0 * pc.nd1 * pc.nd2 * pc.nd3) return;
     uint r = u;

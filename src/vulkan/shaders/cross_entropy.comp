@@ -34,6 +34,7 @@ layout(push_constant) uniform P {
     uint sl0, sl1, sl2, sl3;
     uint ox, ol, od;
     uint coop;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer X { float x[]; };
@@ -71,6 +72,7 @@ void row_base(uint r, out uint bx, out uint bl) {
 }
 
 void main() {
+    TSL_PROGRESS();
     const uint tid = gl_LocalInvocationID.x;
     const uint nr = pc.ne1 * pc.ne2 * pc.ne3;
     float tot = 0.0, totc = 0.0;

@@ -37,6 +37,7 @@ layout(push_constant) uniform P {
     float p0;
     uint flags;
     uint oq; /* QOUT: the quantized column's first word */
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
@@ -84,6 +85,7 @@ shared float qm[64];
 shared int qsum[64];
 
 void main() {
+    TSL_PROGRESS();
     const uint lid = gl_LocalInvocationID.x, wg = wg_linear();
     const uint idx = wg * 256u + lid;
     float v = 0.0;
@@ -119,6 +121,7 @@ void main() {
 }
 #else
 void main() {
+    TSL_PROGRESS();
     const uint idx = wg_linear() * 256u + gl_LocalInvocationID.x;
     if (idx >= pc.ne0 * pc.ne1 * pc.ne2 * pc.ne3) return;
     float y = 0.0;

@@ -21,6 +21,7 @@ layout(push_constant) uniform P {
     uint si0, si1, si2;       /* index strides (elements) */
     uint oa, oi, od;
     uint nrows, node;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 1) readonly buffer I { int idx[]; };
@@ -28,6 +29,7 @@ layout(binding = 3) writeonly buffer D { float d[]; };
 layout(binding = 4) buffer S { uint status[]; };
 
 void main() {
+    TSL_PROGRESS();
     uint e = wg_linear() * 256u + gl_LocalInvocationID.x;
     if (e >= pc.ne0 * pc.n * pc.ne2 * pc.ne3) return;
     uint i0 = e % pc.ne0, r = e / pc.ne0;

@@ -30,6 +30,7 @@ layout(push_constant) uniform P {
     uint sd1, sd2, sd3;
     uint r2, r3, B2;
     uint oa, ob, od;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 #if defined(B_F16)
@@ -43,6 +44,7 @@ shared float As[BK][BM + 1u];
 shared float Bs[BK][BN + 1u];
 
 void main() {
+    TSL_PROGRESS();
     const uint tid = gl_LocalInvocationID.x;
     const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
     const uint i2 = gl_WorkGroupID.z % pc.B2, i3 = gl_WorkGroupID.z / pc.B2;

@@ -48,6 +48,8 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #endif
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
 
 layout(local_size_x = 256, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint WGM = 2u;
@@ -77,6 +79,7 @@ layout(push_constant) uniform P {
     uint r2, r3, B2;
     uint oa, ob, od;
     uint flags;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 #if defined(A_Q8_0) || defined(A_Q4_0)
@@ -296,6 +299,7 @@ void stage(uint buf) {
 }
 
 void main() {
+    TSL_PROGRESS();
     const uint warp = cm_warp(), lane = cm_lane();
     const uint wm = warp % WGM, wn = warp / WGM;
     /* Tiles in groups of GM rows of tiles, column by column within a

@@ -35,6 +35,8 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
 
 layout(local_size_x = 256, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BM = 128u;
@@ -49,6 +51,7 @@ layout(push_constant) uniform P {
     uint r2, r3, B2;
     uint oa, ob, od;
     uint flags;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly restrict buffer A { float16_t a[]; };
@@ -60,6 +63,7 @@ layout(binding = 3) writeonly restrict buffer D { float d[]; };
 #define ACC coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
 
 void main() {
+    TSL_PROGRESS();
     /* tiles in groups of GM rows of tiles, column by column within a group
      * (as mul_mat_cm.comp): the workgroups resident at once share a few
      * tiles of a and b, which L2 keeps */

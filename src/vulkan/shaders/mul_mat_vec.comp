@@ -81,6 +81,7 @@ layout(push_constant) uniform P {
     uint oa, ob, od;
     uint flags;               /* 1: a rows 16-byte aligned; 2: b dense and 16-byte aligned;
                                  8, 16, 32: block rows whole 16-, 8-, 4-byte units (STAGED) */
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 #if defined(A_F32)
@@ -215,6 +216,7 @@ float q_dot(uint x, float bl[8], float bh[8], uint i) {
 #endif
 
 void main() {
+    TSL_PROGRESS();
     const uint wg = wg_linear();
 #if defined(STAGED)
     /* rows whole units of 16, 8 or 4 bytes (flags 8, 16, 32): the staged

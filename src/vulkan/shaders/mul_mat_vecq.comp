@@ -73,6 +73,7 @@ layout(push_constant) uniform P {
     uint flags;               /* 64: add the residual (binding 1) to each result */
     uint oq, cq;              /* the quantized column (binding 2): first word, words per batch (multiples of 4) */
     uint ores;                /* the residual's first element; its strides are the result's */
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 #if defined(A_Q8_0)
@@ -141,6 +142,7 @@ vec2 act_scale(uint cb2, uint nb, uint b) {
 #define QUANT_WORD(w, i, odd) ((odd) ? ((w)[i] >> 16) | ((w)[(i) + 1u] << 16) : (w)[i])
 
 void main() {
+    TSL_PROGRESS();
     const uint wg = wg_linear();
     const uint nb = pc.K / 32u;
     /* a padding group of the folded grid: uniform, and before any barrier */

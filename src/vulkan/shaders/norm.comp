@@ -23,6 +23,7 @@ layout(push_constant) uniform P {
     uint sd0, sd1, sd2, sd3;
     uint oa, od;
     float eps;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
@@ -44,6 +45,7 @@ float row_sum(float v) {
 }
 
 void main() {
+    TSL_PROGRESS();
     const uint row = wg_linear();
     if (row >= pc.ne1 * pc.ne2 * pc.ne3) return; /* uniform per workgroup */
     const uint tid = gl_LocalInvocationID.x;

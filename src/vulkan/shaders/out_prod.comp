@@ -27,6 +27,7 @@ layout(push_constant) uniform P {
     uint sd1, sd2, sd3;
     uint r2, r3, B2;         /* B2/A2, B3/A3, B2 */
     uint oa, ob, od;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 1) readonly buffer B { float b[]; };
@@ -47,6 +48,7 @@ float load_a(uint m, uint k, uint abase) {
 }
 
 void main() {
+    TSL_PROGRESS();
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
     const uint tid = ty * 16u + tx;
     const uint m0 = gl_WorkGroupID.x * TM, n0 = gl_WorkGroupID.y * TN;

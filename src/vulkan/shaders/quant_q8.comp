@@ -22,6 +22,7 @@ layout(push_constant) uniform P {
     uint ob, od;        /* first activation; first output word */
     uint cw;            /* words per column */
     uint flags;         /* 2: the column dense and 16-byte aligned */
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 1) readonly restrict buffer B1 { float b1[]; };
@@ -32,6 +33,7 @@ shared float smax[64];
 shared int ssum[64];
 
 void main() {
+    TSL_PROGRESS();
     const uint nb = pc.K / 32u;
     const uint lid = gl_LocalInvocationID.x, part = lid % 8u;
     const uint blk = wg_linear() * 8u + lid / 8u;

@@ -41,6 +41,7 @@ layout(push_constant) uniform P {
     uint oa, od, ow, sw0;
     float eps;
     uint qout, oq; /* qout 1: the row quantized to words oq.. of binding 2 too */
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
@@ -54,6 +55,7 @@ layout(binding = 3) writeonly buffer D4 { vec4 d4[]; };
 shared float red[WG];
 
 void main() {
+    TSL_PROGRESS();
     const uint row = wg_linear();
     if (row >= pc.ne1 * pc.ne2 * pc.ne3) return; /* uniform per workgroup */
     const uint tid = gl_LocalInvocationID.x;

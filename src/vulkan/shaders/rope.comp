@@ -46,6 +46,7 @@ layout(push_constant) uniform P {
 #if defined(STORE_ROWS)
     uint lim, node; /* the cache's rows; the set_rows node, for an index error */
 #endif
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
@@ -66,6 +67,7 @@ float ramp(uint i) {
 }
 
 void main() {
+    TSL_PROGRESS();
     const uint half_dims = pc.n_dims / 2u;
     const uint per_row = half_dims + (pc.ne0 - pc.n_dims);
     const uint e = wg_linear() * 256u + gl_LocalInvocationID.x;

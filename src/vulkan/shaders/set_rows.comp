@@ -23,6 +23,7 @@ layout(push_constant) uniform P {
     uint si0;                 /* index stride (elements) */
     uint os, oi, od;
     uint dim, lim, node;      /* the dimension written along, dst's extent there, the node */
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer A { float s[]; };
@@ -36,6 +37,7 @@ layout(binding = 4) buffer S { uint status[]; };
 
 
 void main() {
+    TSL_PROGRESS();
     const uint e = wg_linear() * 256u + gl_LocalInvocationID.x;
     if (e >= pc.ne0 * pc.ne1 * pc.ne2 * pc.ne3) return;
     const uint i0 = e % pc.ne0, r = e / pc.ne0;

@@ -22,6 +22,7 @@ layout(push_constant) uniform P {
     uint m2, m3;
     uint oa, om, od;
     float scale;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
@@ -61,6 +62,7 @@ float reduce_sum(float v) {
 }
 
 void main() {
+    TSL_PROGRESS();
     const uint row = wg_linear();
     if (row >= pc.ne1 * pc.ne2 * pc.ne3) return;
     const uint tid = gl_LocalInvocationID.x;

@@ -24,6 +24,7 @@ layout(push_constant) uniform P {
     uint sa0, sa1, sa2, sa3;
     uint oa, od;
     uint contig;
+    layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
@@ -47,6 +48,7 @@ void kahan(inout float s, inout float c, float v) {
 }
 
 void main() {
+    TSL_PROGRESS();
     const uint tid = gl_LocalInvocationID.x;
     const uint n = pc.ne0 * pc.ne1 * pc.ne2 * pc.ne3;
     /* four independent Kahan sums, so four loads are in flight at a time */

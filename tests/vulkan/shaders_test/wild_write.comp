@@ -17,10 +17,15 @@ layout(local_size_x = 64) in;
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Wild { uint v[]; };
 
+layout(push_constant) uniform P { layout(offset = 124) uint node; } pc;
 layout(binding = 0) readonly buffer A { uint a[]; };
 layout(binding = 3) buffer D { uint d[]; };
+layout(binding = 4) buffer S { uint status[]; };
 
 void main() {
+    // the progress word, as every kernel of the backend raises it
+    // (src/vulkan/shaders/common.glsl), so the hang is named
+    if (gl_WorkGroupID == uvec3(0u) && gl_LocalInvocationIndex == 0u) atomicMax(status[8], pc.node);
     uint i = gl_GlobalInvocationID.x;
     Wild w = Wild(uvec2(a[0], a[1]));
     w.v[i * 1024u] = 0xdeadbeefu + i;
