@@ -50,7 +50,9 @@ tsl_status vk_test_set_kernel(tsl_backend *be, const char *name, const uint32_t 
     return vk_none(err, "vk_test_set_kernel");
 }
 
-int vk_test_checkpoints(tsl_backend *be, int s, int *first, int *last, int cap) { return -1; }
+int vk_test_levels(tsl_backend *be, int s, int *first, int *last, int cap) { return -1; }
+
+int vk_test_progress(tsl_backend *be) { return -1; }
 
 const uint32_t *vk_test_kernel_spirv(const char *name, size_t *size) {
     if (size) *size = 0;
