@@ -82,8 +82,8 @@ step drill 300 "$BIN/tensile" drill --backend vulkan
 step gen_8b 300 "$BIN/tensile" gen-model --shape llama3-8b --type q4_0 -o /tmp/llama3-8b-q4_0.gguf
 step gen_05b 120 "$BIN/tensile" gen-model --shape qwen2.5-0.5b --type q4_0 -o /tmp/qwen-0.5b-q4_0.gguf
 step model_8b 300 "$BIN/tensile" bench model -m /tmp/llama3-8b-q4_0.gguf --backend vulkan
-# the same without the NV checkpoint before every dispatch (what the loss record's node name costs)
-step model_8b_nocp 300 env TSL_VULKAN_CHECKPOINTS=0 "$BIN/tensile" bench model -m /tmp/llama3-8b-q4_0.gguf \
+# the same with an NV checkpoint at every level (what they cost; the progress word names a loss without them)
+step model_8b_cp1 300 env TSL_VULKAN_CHECKPOINTS=1 "$BIN/tensile" bench model -m /tmp/llama3-8b-q4_0.gguf \
     --backend vulkan
 step model_8b_profile 120 env TSL_VULKAN_PROFILE=1 "$BIN/tensile" bench model -m /tmp/llama3-8b-q4_0.gguf \
     --backend vulkan --prompt 8 --gen 64
