@@ -815,7 +815,6 @@ static void test_rope_rows(void) {
         CHECKF(s1.dispatches - s0.dispatches == want[i], "%s: %llu dispatches, want %llu", what,
                (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
     }
-    vkt_print(&st);
     /* positions 62, 63, 64 of a 64-row cache: the third is out of range */
     const rr_arg bad = {64, 2, 3, 62, 64, TSL_ROPE_NORMAL, 64, false, 0};
     float *r = NULL;
@@ -828,6 +827,18 @@ static void test_rope_rows(void) {
     free(r);
     /* the compute after it is clean */
     vkt_check(&st, build_rope_rows, &cases[0], 1791, 2e-3, 2e-3, "after the index error");
+    /* the fused kernel failing to build (an entry point its module lacks):
+     * the rope and the set_rows apart run instead, with the same results */
+    CHECK(vk_test_set_kernel(g_vk, "rope_set_rows_f16", NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+    tsl_vulkan_stats s0, s1;
+    CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+    vkt_check(&st, build_rope_rows, &cases[0], 1792, 2e-3, 2e-3, "rope_set_rows_f16 broken");
+    CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+    CHECKF(s1.dispatches - s0.dispatches == 2, "rope_set_rows_f16 broken: %llu dispatches, want 2",
+           (unsigned long long)(s1.dispatches - s0.dispatches));
+    g_expected_validation_errors += s1.validation_errors - s0.validation_errors; /* the layer objects: expected */
+    CHECK(vk_test_set_kernel(g_vk, "rope_set_rows_f16", NULL, 0, NULL, &err) == TSL_SUCCESS);
+    vkt_print(&st);
 }
 
 /* ---- fusion: attention for a few query columns ----------------------------------- */
