@@ -17,7 +17,8 @@
  * the rounds' ratios (min and max are given too).
  *
  * Tokens are fixed pseudo-random ids (the model's speed does not depend on
- * them); decode feeds back the argmax, as greedy generation does. A short
+ * them); decode feeds back the greedy sampler's choice (the library's
+ * tsl_sampler at temperature 0), as greedy generation does. A short
  * warm-up decode runs first so the graph allocator's buffer and the
  * backend's scratch exist before timing.
  *
@@ -264,13 +265,6 @@ static void bm_usage(FILE *f) {
                "                 eighth of the device's memory if less\n");
 }
 
-static int32_t bm_argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 int bench_model(int argc, char **argv) {
     const char *model = NULL, *backend = "auto";
     long long threads = 0, n_prompt = 512, n_gen = 128, device = -1, copy_mib = 0;
@@ -340,6 +334,7 @@ int bench_model(int argc, char **argv) {
     bm_vkcopy vcopy;
     memset(&vcopy, 0, sizeof vcopy);
     tsl_backend *cbe = NULL; /* the copy's own context on the device */
+    tsl_sampler *smp = NULL; /* greedy: the library's sampler, as `tensile run --temp 0` picks */
     if (!m) {
         cli_error("bench model", &err);
         goto done;
@@ -402,7 +397,14 @@ int bench_model(int argc, char **argv) {
     double copy[BM_ROUNDS], ratio[BM_ROUNDS], wgbs[BM_ROUNDS], t_decode = 0;
     bool copy_gpu = vk;
     bm_split sp = {.gpu_timed = true};
-    int32_t id = bm_argmax(tsl_llm_logits(c, -1), in->n_vocab);
+    tsl_sampler_params sparams = tsl_sampler_default_params();
+    sparams.temp = 0.0f;
+    smp = tsl_sampler_new(&sparams, &err);
+    if (!smp) {
+        cli_error("bench model", &err);
+        goto done;
+    }
+    int32_t id = tsl_sampler_sample(smp, tsl_llm_logits(c, -1), in->n_vocab);
     long long done_tokens = 0;
     for (int r = 0; r < rounds; r++) {
         const long long k = n_gen * (r + 1) / rounds - done_tokens;
@@ -431,7 +433,7 @@ int bench_model(int argc, char **argv) {
                 tsl_backend_vulkan_stats(be, &s1);
                 bm_split_add(&sp, c, &s0, &s1, wall_ms);
             }
-            id = bm_argmax(tsl_llm_logits(c, -1), in->n_vocab);
+            id = tsl_sampler_sample(smp, tsl_llm_logits(c, -1), in->n_vocab);
         }
         const double dt = cli_now() - ts;
         t_decode += dt;
@@ -519,6 +521,7 @@ int bench_model(int argc, char **argv) {
     }
     rc = 0;
 done:
+    tsl_sampler_free(smp);
     bm_ceiling_free(&ceil);
     bm_vk_copy_free(&vcopy);
     tsl_backend_free(cbe);

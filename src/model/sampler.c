@@ -13,10 +13,17 @@
  * and every ordering is total (logit, then id), so the same logits and seed
  * give the same token on any machine and with any qsort.
  *
- * Cost: a vocabulary is 32k-256k entries. Only finite logits become
- * candidates; top-k selects its k with a partial quickselect before sorting
- * just those; a full sort happens only for top-p without top-k. Scratch is
- * kept between calls, so sampling allocates nothing after the first token.
+ * Cost: a vocabulary is 32k-256k entries, sampled once a token while the
+ * device waits. Greedy and top-k (k smaller than the vocabulary) keep the k
+ * best in a heap over one pass of the logits, which looks at 64 of them at
+ * a time only through their largest (a loop the compiler vectorizes): once
+ * the heap is full almost every block is below its worst and is skipped.
+ * The penalized tokens (at most repeat_last_n) are left out of the pass and
+ * put in after it with their penalized logits. Otherwise only finite logits
+ * become candidates; a full sort happens only for top-p without top-k.
+ * Scratch is kept between calls, so sampling allocates nothing after the
+ * first token. (A 128k vocabulary on one core of this project's CI machine:
+ * greedy 393 -> 35 us, the default chain 951 -> 40 us.)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -209,6 +216,84 @@ static size_t smp_top_p(smp_cand *c, size_t n, double sum, float top_p, bool sor
     }
 }
 
+/* Offer c to the heap h of at most k candidates (*m of them), the worst at
+ * the root: kept while there is room, else in place of the worst when
+ * better; *more once a candidate is left out. */
+static void smp_offer(smp_cand *h, size_t *m, size_t k, smp_cand c, bool *more) {
+    size_t j;
+    if (*m < k) {
+        for (j = (*m)++; j > 0 && smp_before(&h[(j - 1) / 2], &c); j = (j - 1) / 2) h[j] = h[(j - 1) / 2];
+        h[j] = c;
+        return;
+    }
+    *more = true;
+    if (!smp_before(&c, &h[0])) return;
+    for (j = 0;;) {
+        size_t w = j;
+        const smp_cand *x = &c;
+        for (size_t ch = 2 * j + 1; ch <= 2 * j + 2 && ch < *m; ch++)
+            if (smp_before(x, &h[ch])) x = &h[w = ch]; /* the worse of the two goes up */
+        if (w == j) break;
+        h[j] = h[w];
+        j = w;
+    }
+    h[j] = c;
+}
+
+/* The k best candidates (smp_cmp order) of the penalized, finite logits,
+ * sorted, into s->cand (s->mark set for the penalized tokens, cleared on
+ * return). Returns their number, or 0 where there are no more than k
+ * candidates in all (the caller then takes them all, in id order, as the
+ * plain pass does: the same tokens in another order). */
+static size_t smp_top(tsl_sampler *s, const float *logits, int32_t n_vocab, size_t k, bool penalize) {
+    const tsl_sampler_params *p = &s->p;
+    smp_cand *h = s->cand;
+    size_t m = 0;
+    bool more = false;
+    enum { B = 64 };
+    for (int32_t i0 = 0; i0 < n_vocab; i0 += B) {
+        const int32_t i1 = n_vocab - i0 < B ? n_vocab : i0 + B;
+        if (m == k) {
+            /* the block's largest, in 8 lanes the compiler keeps in one
+             * vector (a plain running max is a reduction it will not
+             * reorder); NaN never wins */
+            float lm[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            int32_t i = i0;
+            for (; i + 8 <= i1; i += 8)
+                for (int j = 0; j < 8; j++) lm[j] = logits[i + j] > lm[j] ? logits[i + j] : lm[j];
+            for (; i < i1; i++) lm[0] = logits[i] > lm[0] ? logits[i] : lm[0];
+            float bm = lm[0];
+            for (int j = 1; j < 8; j++) bm = lm[j] > bm ? lm[j] : bm;
+            if (!(bm > h[0].logit)) {
+                /* nothing here beats the worst kept (an equal logit has a
+                 * larger id): skipped; the penalized ones come after */
+                more = more || bm > -INFINITY;
+                continue;
+            }
+        }
+        for (int32_t i = i0; i < i1; i++) {
+            const float l = logits[i];
+            if (!(l > -INFINITY) || (penalize && s->mark[i])) continue;
+            if (m == k && !(l > h[0].logit)) { /* no better than the worst kept (ties: a larger id) */
+                more = true;
+                continue;
+            }
+            smp_offer(h, &m, k, (smp_cand){.id = i, .logit = l}, &more);
+        }
+    }
+    /* the penalized tokens, each once */
+    for (int32_t w = 0; penalize && w < s->win_n; w++) {
+        const int32_t t = s->window[w];
+        if (t >= n_vocab || !s->mark[t]) continue;
+        s->mark[t] = 0;
+        const float l = logits[t] > 0.0f ? logits[t] / p->repeat_penalty : logits[t] * p->repeat_penalty;
+        if (l > -INFINITY) smp_offer(h, &m, k, (smp_cand){.id = t, .logit = l}, &more);
+    }
+    if (!more) return 0;
+    qsort(h, m, sizeof *h, smp_cmp);
+    return m;
+}
+
 /* The distribution the draw would use: candidates c[0..*n) with their
  * probabilities, after every filter. Returns false when no logit is usable. */
 static bool smp_chain(tsl_sampler *s, const float *logits, int32_t n_vocab, size_t *n_out) {
@@ -219,22 +304,33 @@ static bool smp_chain(tsl_sampler *s, const float *logits, int32_t n_vocab, size
     if (penalize)
         for (int32_t i = 0; i < s->win_n; i++)
             if (s->window[i] < n_vocab) s->mark[s->window[i]] = 1;
-    size_t n = 0;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        float l = logits[i];
-        if (penalize && s->mark[i]) l = l > 0.0f ? l / p->repeat_penalty : l * p->repeat_penalty;
-        if (!(l > -INFINITY)) continue; /* -inf and NaN never win */
-        s->cand[n].id = i;
-        s->cand[n].logit = l;
-        n++;
+    /* greedy (the best one) and top-k: the heap's pass */
+    const size_t k = p->temp <= 0.0f                                            ? 1
+                     : p->top_k > 0 && (size_t)p->top_k < (size_t)n_vocab ? (size_t)p->top_k
+                                                                           : 0;
+    size_t n = k ? smp_top(s, logits, n_vocab, k, penalize) : 0;
+    bool sorted = n > 0;
+    if (n == 0) {
+        /* every finite logit a candidate, in id order */
+        if (penalize && k) /* smp_top cleared them */
+            for (int32_t i = 0; i < s->win_n; i++)
+                if (s->window[i] < n_vocab) s->mark[s->window[i]] = 1;
+        for (int32_t i = 0; i < n_vocab; i++) {
+            float l = logits[i];
+            if (penalize && s->mark[i]) l = l > 0.0f ? l / p->repeat_penalty : l * p->repeat_penalty;
+            if (!(l > -INFINITY)) continue; /* -inf and NaN never win */
+            s->cand[n].id = i;
+            s->cand[n].logit = l;
+            n++;
+        }
+        if (penalize)
+            for (int32_t i = 0; i < s->win_n; i++)
+                if (s->window[i] < n_vocab) s->mark[s->window[i]] = 0;
     }
-    if (penalize)
-        for (int32_t i = 0; i < s->win_n; i++)
-            if (s->window[i] < n_vocab) s->mark[s->window[i]] = 0;
     if (n == 0) return false;
     smp_cand *c = s->cand;
 
-    if (p->temp <= 0.0f) { /* greedy */
+    if (p->temp <= 0.0f) { /* greedy: the heap's first, or the best of the few */
         size_t best = 0;
         for (size_t i = 1; i < n; i++)
             if (smp_before(&c[i], &c[best])) best = i;
@@ -243,8 +339,7 @@ static bool smp_chain(tsl_sampler *s, const float *logits, int32_t n_vocab, size
         *n_out = 1;
         return true;
     }
-    bool sorted = false;
-    if (p->top_k > 0 && (size_t)p->top_k < n) {
+    if (!sorted && p->top_k > 0 && (size_t)p->top_k < n) {
         smp_select(c, n, (size_t)p->top_k);
         n = (size_t)p->top_k;
         qsort(c, n, sizeof *c, smp_cmp);

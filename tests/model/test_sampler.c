@@ -241,6 +241,82 @@ static void test_repeat_penalty(void) {
     tsl_sampler_free(s);
 }
 
+/* The k best of a large vocabulary (the heap's pass, which skips blocks of
+ * logits) against a full sort: ties in every block, NaN, +-inf, the
+ * penalty either way (a penalized token may rise above the ones it was
+ * skipped with), vocabularies around k. */
+typedef struct ref_cand {
+    int32_t id;
+    float logit;
+} ref_cand;
+
+static int ref_cmp(const void *a, const void *b) {
+    const ref_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static void test_top_k_large(void) {
+    enum { NV = 20000, CAP = 512 };
+    static float l[NV];
+    static ref_cand r[NV];
+    static int32_t ids[CAP];
+    static float pr[CAP];
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    int bad = 0;
+    for (int it = 0; it < 60; it++) {
+        const int nv = it % 5 == 0 ? 1 + it : NV - it * 97;
+        const int k = 1 + (it * 37) % 300;
+        const float pen = it % 3 == 0 ? 1.0f : it % 3 == 1 ? 1.7f : 0.4f;
+        for (int i = 0; i < nv; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const int v = (int)(x % 1000);
+            /* coarse values: many equal logits */
+            l[i] = v < 3 ? NAN : v < 6 ? -INFINITY : v < 7 ? INFINITY : (float)(int)(x >> 40 & 255) / 16.0f - 8.0f;
+        }
+        tsl_sampler_params p = neutral();
+        p.top_k = k;
+        p.repeat_penalty = pen;
+        p.repeat_last_n = 64;
+        tsl_sampler *s = tsl_sampler_new(&p, NULL);
+        CHECK(s != NULL);
+        if (!s) return;
+        /* a window of recent tokens, some repeated */
+        for (int w = 0; w < 50; w++) tsl_sampler_accept(s, (int32_t)((w * 7919 + it) % nv));
+        int n = 0;
+        for (int i = 0; i < nv; i++) {
+            float v = l[i];
+            bool in = false;
+            for (int w = 0; w < 50; w++) in = in || (w * 7919 + it) % nv == i;
+            if (in && pen != 1.0f) v = v > 0.0f ? v / pen : v * pen;
+            if (v > -INFINITY) r[n++] = (ref_cand){i, v};
+        }
+        /* more candidates than k: the k best, best first; else all, by id */
+        if (n > k) qsort(r, (size_t)n, sizeof *r, ref_cmp);
+        const int want = n > k ? k : n;
+        const int got = sampler_dist(s, l, nv, ids, pr, CAP);
+        if (got != want) {
+            if (bad++ < 3) fprintf(stderr, "  iteration %d: %d candidates, want %d\n", it, got, want);
+        } else {
+            for (int i = 0; i < got; i++)
+                if (ids[i] != r[i].id) {
+                    if (bad++ < 3) fprintf(stderr, "  iteration %d: candidate %d is %d, want %d\n", it, i, ids[i], r[i].id);
+                    break;
+                }
+        }
+        /* greedy: the first of the full sort */
+        tsl_sampler_free(s);
+        p.temp = 0.0f;
+        s = tsl_sampler_new(&p, NULL);
+        for (int w = 0; w < 50; w++) tsl_sampler_accept(s, (int32_t)((w * 7919 + it) % nv));
+        if (n > 1 && n <= k) qsort(r, (size_t)n, sizeof *r, ref_cmp);
+        const int32_t g = tsl_sampler_sample(s, l, nv);
+        if (n > 0 && g != r[0].id && bad++ < 3) fprintf(stderr, "  iteration %d: greedy %d, want %d\n", it, g, r[0].id);
+        tsl_sampler_free(s);
+    }
+    CHECKF(bad == 0, "%d iterations differ from the full sort", bad);
+}
+
 /* Draws follow the distribution (a fixed seed makes this exact to rerun). */
 static void test_frequencies(void) {
     float l[5];
@@ -376,6 +452,7 @@ int main(void) {
     RUN(test_top_k);
     RUN(test_top_p);
     RUN(test_top_p_large);
+    RUN(test_top_k_large);
     RUN(test_min_p);
     RUN(test_temperature);
     RUN(test_repeat_penalty);
