@@ -241,10 +241,11 @@ static void smp_offer(smp_cand *h, size_t *m, size_t k, smp_cand c, bool *more) 
 }
 
 /* The k best candidates (smp_cmp order) of the penalized, finite logits,
- * sorted, into s->cand (s->mark set for the penalized tokens, cleared on
- * return). Returns their number, or 0 where there are no more than k
- * candidates in all (the caller then takes them all, in id order, as the
- * plain pass does: the same tokens in another order). */
+ * sorted, into s->cand (s->mark set for the penalized tokens, each put in
+ * once and marked 2 then; the caller clears the marks). Returns their
+ * number, or 0 where there are no more than k candidates in all (the
+ * caller then takes them all, in id order, as the plain pass does: the
+ * same tokens in another order). */
 static size_t smp_top(tsl_sampler *s, const float *logits, int32_t n_vocab, size_t k, bool penalize) {
     const tsl_sampler_params *p = &s->p;
     smp_cand *h = s->cand;
@@ -284,8 +285,8 @@ static size_t smp_top(tsl_sampler *s, const float *logits, int32_t n_vocab, size
     /* the penalized tokens, each once */
     for (int32_t w = 0; penalize && w < s->win_n; w++) {
         const int32_t t = s->window[w];
-        if (t >= n_vocab || !s->mark[t]) continue;
-        s->mark[t] = 0;
+        if (t >= n_vocab || s->mark[t] != 1) continue;
+        s->mark[t] = 2;
         const float l = logits[t] > 0.0f ? logits[t] / p->repeat_penalty : logits[t] * p->repeat_penalty;
         if (l > -INFINITY) smp_offer(h, &m, k, (smp_cand){.id = t, .logit = l}, &more);
     }
@@ -312,9 +313,6 @@ static bool smp_chain(tsl_sampler *s, const float *logits, int32_t n_vocab, size
     bool sorted = n > 0;
     if (n == 0) {
         /* every finite logit a candidate, in id order */
-        if (penalize && k) /* smp_top cleared them */
-            for (int32_t i = 0; i < s->win_n; i++)
-                if (s->window[i] < n_vocab) s->mark[s->window[i]] = 1;
         for (int32_t i = 0; i < n_vocab; i++) {
             float l = logits[i];
             if (penalize && s->mark[i]) l = l > 0.0f ? l / p->repeat_penalty : l * p->repeat_penalty;
@@ -323,10 +321,10 @@ static bool smp_chain(tsl_sampler *s, const float *logits, int32_t n_vocab, size
             s->cand[n].logit = l;
             n++;
         }
-        if (penalize)
-            for (int32_t i = 0; i < s->win_n; i++)
-                if (s->window[i] < n_vocab) s->mark[s->window[i]] = 0;
     }
+    if (penalize)
+        for (int32_t i = 0; i < s->win_n; i++)
+            if (s->window[i] < n_vocab) s->mark[s->window[i]] = 0;
     if (n == 0) return false;
     smp_cand *c = s->cand;
 

@@ -1389,8 +1389,14 @@ static bool vk_level_of(const vk_slot *sl, int node, int *first, int *last) {
  * the slot's ("nodes a..b were running", into what); -1 where it is not (a
  * kernel of an earlier command buffer, or none: a kernel that does not
  * raise the word, e.g. a test's). Returns the level's first node. */
+/* The last node any kernel of the backend's latest compute started (the
+ * progress word, written by the device into mapped memory), -1 for none. */
+static int vk_progress_node(const vk_backend *be) {
+    return (int)((volatile const uint32_t *)be->swords)[VK_SW_PROGRESS] - 1;
+}
+
 static int vk_progress_level(const vk_backend *be, const vk_slot *sl, char *what, size_t cap) {
-    const int p = (int)((volatile const uint32_t *)be->swords)[VK_SW_PROGRESS] - 1;
+    const int p = vk_progress_node(be);
     int first = -1, last = -1;
     if (!vk_level_of(sl, p, &first, &last)) return -1;
     if (first == last)
@@ -2944,7 +2950,7 @@ int vk_test_levels(tsl_backend *b, int s, int *first, int *last, int cap) {
 
 int vk_test_progress(tsl_backend *b) {
     if (!vk_backend_dev(b)) return -1;
-    return (int)((volatile const uint32_t *)((const vk_backend *)b)->swords)[VK_SW_PROGRESS] - 1;
+    return vk_progress_node((const vk_backend *)b);
 }
 
 tsl_status vk_test_set_kernel(tsl_backend *b, const char *name, const uint32_t *spv, size_t size, const char *entry,

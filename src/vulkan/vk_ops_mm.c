@@ -35,8 +35,9 @@
  * kernel for one column, a tile for many) that node's only candidate: where
  * it names kernels of the type but none applies (cooperative matrices on a
  * device without them), the node has no Vulkan kernel at all, so a forced
- * run can never silently measure another kernel. Names of other weight types leave a node alone. The benchmark in
- * tests/vulkan/test_vk_mulmat.c (--bench) sweeps every variant this way.
+ * run can never silently measure another kernel. Names of other weight
+ * types leave a node alone. The benchmark in tests/vulkan/test_vk_mulmat.c
+ * (--bench) sweeps every variant this way.
  */
 #include <stdlib.h>
 #include <string.h>

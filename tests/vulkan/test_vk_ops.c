@@ -815,16 +815,20 @@ static void test_rope_rows(void) {
         CHECKF(s1.dispatches - s0.dispatches == want[i], "%s: %llu dispatches, want %llu", what,
                (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
     }
-    /* positions 62, 63, 64 of a 64-row cache: the third is out of range */
-    const rr_arg bad = {64, 2, 3, 62, 64, TSL_ROPE_NORMAL, 64, false, 0};
-    float *r = NULL;
-    int64_t nr = 0;
+    /* positions 62, 63, 64 of a 64-row cache: the third is out of range,
+     * fused, and with the set_rows apart (F16 and F32 caches) */
     tsl_error err;
-    CHECK(vkt_run(g_vk, build_rope_rows, &bad, false, 1790, &r, &nr, &err) == TSL_FAILED);
-    char line[640];
-    tsl_error_format(&err, line, sizeof line);
-    CHECKF(err.node >= 0 && strstr(err.message, "set_rows: index 64 at position 2") != NULL, "got: %s", line);
-    free(r);
+    for (int v = 0; v < 3; v++) {
+        const rr_arg bad = {64, 2, 3, 62, 64, TSL_ROPE_NORMAL, 64, false, v};
+        float *r = NULL;
+        int64_t nr = 0;
+        CHECK(vkt_run(g_vk, build_rope_rows, &bad, false, 1790, &r, &nr, &err) == TSL_FAILED);
+        char line[640];
+        tsl_error_format(&err, line, sizeof line);
+        CHECKF(err.node >= 0 && strstr(err.message, "set_rows: index 64 at position 2") != NULL, "variant %d: %s", v,
+               line);
+        free(r);
+    }
     /* the compute after it is clean */
     vkt_check(&st, build_rope_rows, &cases[0], 1791, 2e-3, 2e-3, "after the index error");
     /* the fused kernel failing to build (an entry point its module lacks):

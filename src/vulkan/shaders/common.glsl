@@ -30,6 +30,15 @@ uint wg_linear() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups
 
 layout(binding = 4) buffer TslStatus { uint tsl_status_words[]; };
 #define TSL_PROGRESS_WORD 8u
+/* A data error (an index out of range): the first invocation to see one
+ * claims words 0-3 with the node, the bad value and where it was read;
+ * the host fails the compute naming them. */
+#define TSL_INDEX_ERROR(node, value, at)                                  \
+    if (atomicCompSwap(tsl_status_words[0], 0u, 1u) == 0u) {              \
+        tsl_status_words[1] = (node);                                      \
+        tsl_status_words[2] = (value);                                     \
+        tsl_status_words[3] = (at);                                        \
+    }
 #define TSL_PROGRESS()                                                                    \
     if (gl_LocalInvocationIndex == 0u && gl_WorkGroupID == uvec3(0u) && pc.tsl_node != 0u) \
     atomicMax(tsl_status_words[TSL_PROGRESS_WORD], pc.tsl_node)

@@ -26,7 +26,6 @@ layout(push_constant) uniform P {
 
 layout(binding = 1) readonly buffer I { int idx[]; };
 layout(binding = 3) writeonly buffer D { float d[]; };
-layout(binding = 4) buffer S { uint status[]; };
 
 void main() {
     TSL_PROGRESS();
@@ -39,11 +38,7 @@ void main() {
     int row = idx[pc.oi + i * pc.si0 + i2 * pc.si1 + i3 * pc.si2];
     float v = 0.0;
     if (row < 0 || uint(row) >= pc.nrows) {
-        if (atomicCompSwap(status[0], 0u, 1u) == 0u) {
-            status[1] = pc.node;
-            status[2] = uint(row);
-            status[3] = i;
-        }
+        TSL_INDEX_ERROR(pc.node, uint(row), i)
     } else {
         v = a_elem(pc.oa + uint(row) * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3, i0);
     }

@@ -54,7 +54,6 @@ layout(binding = 1) readonly buffer Pos { int pos[]; };
 layout(binding = 2) readonly buffer Ff { float ff[]; };
 #if defined(STORE_ROWS)
 layout(binding = 3) writeonly buffer D { uint16_t d[]; };
-layout(binding = 4) buffer S { uint status[]; };
 #define STORE(o, v) d[o] = uint16_t(f32_to_f16_bits(floatBitsToUint(v)))
 #else
 layout(binding = 3) writeonly buffer D { float d[]; };
@@ -78,11 +77,7 @@ void main() {
     const int p = pos[pc.op + i2 * pc.sp];
 #if defined(STORE_ROWS)
     if (p < 0 || uint(p) >= pc.lim) {
-        if (atomicCompSwap(status[0], 0u, 1u) == 0u) {
-            status[1] = pc.node;
-            status[2] = uint(p);
-            status[3] = i2;
-        }
+        TSL_INDEX_ERROR(pc.node, uint(p), i2)
         return;
     }
     const uint xd = pc.od + i1 * pc.sd1 + uint(p) * pc.sd2 + i3 * pc.sd3;

@@ -33,7 +33,6 @@ layout(binding = 3) writeonly buffer D { uint16_t d[]; };
 #else
 layout(binding = 3) writeonly buffer D { float d[]; };
 #endif
-layout(binding = 4) buffer S { uint status[]; };
 
 
 void main() {
@@ -45,11 +44,7 @@ void main() {
     const uint j = pc.dim == 0u ? i0 : i1;
     const int at = idx[pc.oi + j * pc.si0];
     if (at < 0 || uint(at) >= pc.lim) {
-        if (atomicCompSwap(status[0], 0u, 1u) == 0u) {
-            status[1] = pc.node;
-            status[2] = uint(at);
-            status[3] = j;
-        }
+        TSL_INDEX_ERROR(pc.node, uint(at), j)
         return;
     }
     const uint o0 = pc.dim == 0u ? uint(at) : i0, o1 = pc.dim == 1u ? uint(at) : i1;
