@@ -51,8 +51,10 @@ static inline tsl_model *load(const char *path) {
     return m;
 }
 
-/* max |a - b| / max |b| */
+/* max |a - b| / max |b|; infinite where either is missing (the logits of
+ * a decode that failed) */
 static inline double rel_diff(const float *a, const float *b, int n) {
+    if (!a || !b) return INFINITY;
     double num = 0, den = 0;
     for (int i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);

@@ -64,6 +64,7 @@ static tsl_backend *vk_new(void) {
 }
 
 static int argmax(const float *x, int n) {
+    if (!x) return -1; /* no logits: a decode that failed */
     int b = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[b]) b = i;
@@ -80,7 +81,11 @@ static bool prompt_logits(tsl_llm_ctx *c, int nv, float *out) {
         fprintf(stderr, "decode: %s\n", err.message);
         return false;
     }
-    for (int i = 0; i < N_PROMPT; i++) memcpy(out + (size_t)i * nv, tsl_llm_logits(c, i), (size_t)nv * sizeof(float));
+    for (int i = 0; i < N_PROMPT; i++) {
+        const float *l = tsl_llm_logits(c, i);
+        if (!l) return false;
+        memcpy(out + (size_t)i * nv, l, (size_t)nv * sizeof(float));
+    }
     return true;
 }
 
@@ -148,8 +153,11 @@ static void check_layout(tsl_type type, uint32_t alignment, bool want_file_layou
                           vi.integer_dot;
         double worst = 0, worst_cpu = 0;
         for (int i = 0; i < N_PROMPT; i++) {
-            CHECK(tsl_llm_decode(g, PROMPT + i, 1, &err) == TSL_SUCCESS);
-            CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
+            const bool dg = tsl_llm_decode(g, PROMPT + i, 1, &err) == TSL_SUCCESS;
+            CHECKF(dg, "token %d: %s", i, err.message);
+            const bool dcpu = tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS;
+            CHECKF(dcpu, "token %d on the CPU: %s", i, err.message);
+            if (!dg || !dcpu) break; /* no logits to compare */
             double d = rel_diff(tsl_llm_logits(g, -1), lg + (size_t)i * nv, nv);
             double dc = rel_diff(tsl_llm_logits(g, -1), tsl_llm_logits(c, -1), nv);
             worst = d > worst ? d : worst;
@@ -269,6 +277,10 @@ static void check_recovery(uint32_t alignment, uint64_t want_uploads) {
      * in the last float bit of an input could move a quant) */
     CHECK(tsl_llm_decode(c, PROMPT, 7, &err) == TSL_SUCCESS);
     CHECK(tsl_llm_decode(c, PROMPT + 7, N_PROMPT - 7, &err) == TSL_SUCCESS);
+    if (!tsl_llm_logits(c, -1)) {
+        free(ref);
+        goto out; /* the decode failed (reported above) */
+    }
     memcpy(ref, tsl_llm_logits(c, -1), (size_t)nv * sizeof(float));
     tsl_llm_clear(c);
     CHECK(tsl_llm_decode(c, PROMPT, 7, &err) == TSL_SUCCESS);
