@@ -264,11 +264,13 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
     /* block weights, one column: integer dot products where the device has
      * them, else the float team kernel */
     int vecq = t == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_VECQ_Q8_0 : t == TSL_TYPE_Q4_0 ? VK_K_MUL_MAT_VECQ_Q4_0 : -1;
-    /* long rows (an FFN's down projection): teams of 64 lanes, so a row's
-     * blocks take half the rounds of loads; 4096x14336 Q4_0 ran 17.5 us a
-     * product against 20.6 on the H200, and shorter rows slower
-     * (bench/RESULTS.md, run 55) */
-    if (vecq >= 0 && a->ne[0] >= 8192)
+    /* long rows over few of them (an FFN's down projection): teams of 64
+     * lanes, so a row's blocks take half the rounds of loads and the GPU
+     * still has enough lanes at work; 4096x14336 Q4_0 ran 17.5 us a product
+     * against 20.6 on the H200, and shorter rows slower (bench/RESULTS.md,
+     * run 55). With 8192 rows and more the 32-lane teams already fill it:
+     * 8192x8192 Q4_0 read at 89-90% of copy with them, 79% with 64 (run 71) */
+    if (vecq >= 0 && a->ne[0] >= 8192 && a->ne[1] < 8192)
         vecq = t == TSL_TYPE_Q8_0 ? VK_K_MUL_MAT_VECQ_Q8_0_dw128s2 : VK_K_MUL_MAT_VECQ_Q4_0_dw128s2;
     if (N == 1 && bt == TSL_TYPE_F32 && vecq >= 0 && vk_mm_applies(d, vecq, n) && d->k[vecq].runnable &&
         d->k[VK_K_QUANTIZE_Q8_F32].runnable)
