@@ -420,6 +420,10 @@ uint64_t tsl_sched_n_reused(const tsl_sched *s);
  *                            always its own dispatch (by default a norm, a
  *                            swiglu or decode attention's combine pass that
  *                            makes the column writes it too)
+ *   TSL_VULKAN_ATTN_ONE=0    decode attention always in two dispatches (by
+ *                            default, where its output is an integer-dot
+ *                            mat-vec's column, one: the last key range of
+ *                            each head joins the ranges)
  *   TSL_VULKAN_NO_INTEGER_DOT=1  leave VK_KHR_shader_integer_dot_product off:
  *                            Q8_0/Q4_0 mat-vec in F32 activations
  *   TSL_VULKAN_PIPELINE_STATS=1  log (at INFO) the driver's statistics of

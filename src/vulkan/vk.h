@@ -37,9 +37,10 @@
 
 #define VK_MAX_CB 9      /* command buffers per compute: the caller's and 8 workers' */
 #define VK_MAX_WORKERS 8
-#define VK_NBIND 5       /* bindings: src0, src1, src2, dst, status words */
+#define VK_NBIND 6       /* bindings: src0, src1, src2, dst, status words, a scratch (vk_exec.bx) */
 #define VK_BIND_DST 3
 #define VK_BIND_STATUS 4
+#define VK_BIND_X 5
 #define VK_PC_WORDS 32   /* 128 bytes: the push-constant size every device has */
 #define VK_PC_NODE 31    /* the last word: the node + 1 a dispatch runs for (the progress word, common.glsl) */
 #define VK_SW_PROGRESS 8 /* status word: the last node + 1 any kernel of the compute started */
@@ -87,6 +88,9 @@
     X(ATTN_DEC_F16, "attn_dec_f16", 2, 4, 0, 4)               \
     X(ATTN_DEC_F16_MASK_F32, "attn_dec_f16_mask_f32", 2, 4, 4, 4) \
     X(ATTN_DEC_F16_MASK_F16, "attn_dec_f16_mask_f16", 2, 4, 2, 4) \
+    X(ATTN_DEC1_F16, "attn_dec1_f16", 2, 4, 0, 4)             \
+    X(ATTN_DEC1_F16_MASK_F32, "attn_dec1_f16_mask_f32", 2, 4, 4, 4) \
+    X(ATTN_DEC1_F16_MASK_F16, "attn_dec1_f16_mask_f16", 2, 4, 2, 4) \
     X(ATTN_COMBINE_F32, "attn_combine_f32", 4, 0, 0, 4)       \
     X(ATTN_COMBINE_Q_F32, "attn_combine_q_f32", 4, 0, 4, 4)   \
     X(ROPE_F32, "rope_f32", 4, 4, 4, 4)                       \
@@ -474,6 +478,8 @@ typedef struct vk_exec {
      * writes the row quantized into the scratch, bound at b[2] (written) */
     bool qout;
     vk_bind b[4];    /* src0, src1, src2, dst; blk NULL: bound to dst as a placeholder */
+    vk_bind bx;      /* binding 5, a scratch the kernel reads and writes (attn_dec1: the
+                        partials, counters and quantized column); blk NULL: none */
     double cost_s;   /* the watchdog's allowance for this node */
 } vk_exec;
 
@@ -502,6 +508,11 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
  * key ranges per (head, column) and keys per range, and the scratch the
  * partials take (bytes; VK_ASCR_SIZE at most, or no fusion). */
 #define VK_ASCR_SIZE ((VkDeviceSize)1 << 20)
+/* attn_dec1 (one dispatch) keeps in the same scratch a counter per (head,
+ * column) (16 KiB from this word) and the output quantized to Q8_0 (48 KiB
+ * from this one); its partials take the bytes below */
+#define VK_ASCR_CNT_WORD ((uint32_t)((VK_ASCR_SIZE - (64u << 10)) / 4))
+#define VK_ASCR_Q8_WORD ((uint32_t)((VK_ASCR_SIZE - (48u << 10)) / 4))
 void vk_attn_split(int64_t heads_cols, int64_t n_kv, uint32_t *nsplit, uint32_t *klen);
 bool vk_mm_needs_quant(int kernel);
 uint64_t vk_mm_qscr_bytes(const tsl_tensor *n);

@@ -182,6 +182,8 @@ typedef struct vk_slot {
      * binding and shape; q_valid until something writes over it */
     bool q_valid;
     vk_bind q_src;
+    vk_bind q_at; /* where the column is: the scratch (its binding and first word, eoff) */
+    bool zero_cnt; /* an attn_dec1 is recorded: the command buffer zeroes its counters first */
     int64_t q_ne[TSL_MAX_DIMS];
     size_t q_nb[TSL_MAX_DIMS];
     uint64_t dispatches, barriers;
@@ -219,6 +221,7 @@ struct vk_backend {
     bool no_reuse;   /* record every compute (TSL_VULKAN_REUSE=0, tsl_backend_vulkan_set_reuse) */
     bool no_fuse;    /* one dispatch per node (TSL_VULKAN_FUSE=0) */
     bool no_qfuse;   /* the mat-vec's quantizer always its own dispatch (TSL_VULKAN_FUSE_QUANT=0) */
+    bool no_one;     /* decode attention always in two passes (TSL_VULKAN_ATTN_ONE=0) */
     vk_slot slots[VK_MAX_CB];
     vk_exec *exec;
     int exec_cap, n_exec;
@@ -662,6 +665,26 @@ static bool vk_fuse_qout(vk_backend *be, vk_exec *m, int from, int n, int64_t ma
     return true;
 }
 
+/* Does fused attention m (two passes, its output quantized) fit attn_dec1:
+ * one column, its partials below the scratch's counters, a counter per
+ * head, its quantized output within its part of the scratch, hdv whole
+ * Q8_0 blocks, and the output not over q? */
+static bool vk_attn1_fits(const vk_exec *m) {
+    const tsl_tensor *kq = m->fused, *kt = kq->src[0], *qt = kq->src[1], *o = m->node;
+    const int64_t H = qt->ne[2], N = qt->ne[1], hdv = o->ne[0];
+    if (N != 1 || hdv % 32 != 0 || H > 4096 || H * hdv > (int64_t)(40u << 10)) return false;
+    uint32_t nsplit, klen;
+    vk_attn_split(H * N, kt->ne[1], &nsplit, &klen);
+    if ((uint64_t)H * nsplit * (uint64_t)(hdv + 2) * 4 > (uint64_t)VK_ASCR_CNT_WORD * 4) return false;
+    const vk_bind *q = &m->b[1], *out = &m->b[VK_BIND_DST];
+    if (!(q->blk == out->blk && q->lo < out->hi && out->lo < q->hi)) return true;
+    /* over q (the graph's memory planner may put it there: q is dead once
+     * the scores exist), then exactly, head over head: a head's output is
+     * written by its last range, after every range of that head read q */
+    return q->off + (VkDeviceSize)q->eoff * 4 == out->off + (VkDeviceSize)out->eoff * 4 && qt->ne[0] == hdv &&
+           qt->nb[0] == 4 && o->nb[0] == 4 && qt->nb[2] == o->nb[2];
+}
+
 /* Does v hold exactly t's elements, in t's order (t itself, or a view of
  * it at its start, both dense)? */
 static bool vk_same_row(const tsl_tensor *v, const tsl_tensor *t) {
@@ -727,7 +750,7 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     }
     const vk_kernel *fk = NULL;
     VkPipeline nm_pipe = VK_NULL_HANDLE, sw_pipe = VK_NULL_HANDLE, rs_pipe = VK_NULL_HANDLE;
-    bool sw_failed = false, attn_failed = false, rs_failed = false;
+    bool sw_failed = false, attn_failed = false, rs_failed = false, one_failed = false;
     int w = 0;
     for (int k = 0; k < n; k++) {
         vk_exec *x = &be->exec[k];
@@ -792,6 +815,23 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
                     if (qp) {
                         m.pipe2 = qp;
                         m.qout = true;
+                    }
+                    /* ... or in one dispatch (attn_dec1: its last range per
+                     * head joins them), where the scratch has room and the
+                     * output does not lie over q (the two-pass kernels write
+                     * it only after every range has read q) */
+                    const int a1 = ak == VK_K_ATTN_DEC_F16           ? VK_K_ATTN_DEC1_F16
+                                   : ak == VK_K_ATTN_DEC_F16_MASK_F32 ? VK_K_ATTN_DEC1_F16_MASK_F32
+                                                                      : VK_K_ATTN_DEC1_F16_MASK_F16;
+                    if (qp && !one_failed && !be->no_one && vk_attn1_fits(&m) && d->k[a1].runnable) {
+                        VkPipeline p1 = vk_kernel_get(d, a1, &fk);
+                        one_failed = !p1;
+                        if (p1) {
+                            m.kernel = a1;
+                            m.pipe = p1;
+                            m.pipe2 = VK_NULL_HANDLE;
+                            m.bx = vk_buf_bind(be->ascr);
+                        }
                     }
                 }
                 be->exec[w++] = m;
@@ -889,9 +929,10 @@ static bool vk_spans_hit(const vk_slot *sl, const vk_bind *b, bool against_reads
 /* Does x touch bytes an earlier node since the last barrier wrote (or, for
  * its write, read)? Then it needs a barrier. */
 static bool vk_hazard(const vk_slot *sl, const vk_exec *x) {
-    if (sl->n_spans + 4 > VK_MAX_SPANS) return true; /* too much to track: a barrier is always safe */
+    if (sl->n_spans + 5 > VK_MAX_SPANS) return true; /* too much to track: a barrier is always safe */
     for (int j = 0; j < 3; j++)
         if (x->b[j].blk && vk_spans_hit(sl, &x->b[j], j == 2 && x->qout)) return true;
+    if (x->bx.blk && vk_spans_hit(sl, &x->bx, true)) return true;
     return vk_spans_hit(sl, &x->b[VK_BIND_DST], true);
 }
 
@@ -901,9 +942,15 @@ static void vk_track(vk_slot *sl, const vk_exec *x) {
         const bool write = j == VK_BIND_DST || (j == 2 && x->qout);
         sl->spans[sl->n_spans++] = (vk_span){x->b[j].blk, x->b[j].lo, x->b[j].hi, write};
     }
-    /* a write over the column the scratch holds quantized: stale */
+    if (x->bx.blk) sl->spans[sl->n_spans++] = (vk_span){x->bx.blk, x->bx.lo, x->bx.hi, true};
+    /* a write over the column the scratch holds quantized, or over the
+     * scratch's bytes that hold it: stale */
     const vk_bind *w = &x->b[VK_BIND_DST];
     if (sl->q_valid && w->blk == sl->q_src.blk && w->lo < sl->q_src.hi && sl->q_src.lo < w->hi) sl->q_valid = false;
+    const vk_bind *ws[3] = {w, x->qout ? &x->b[2] : NULL, x->bx.blk ? &x->bx : NULL};
+    for (int j = 0; j < 3 && sl->q_valid; j++)
+        if (ws[j] && ws[j]->blk == sl->q_at.blk && ws[j]->lo < sl->q_at.hi && sl->q_at.lo < ws[j]->hi)
+            sl->q_valid = false;
 }
 
 /* A descriptor set of layout dsl from the slot's pools (no push
@@ -991,6 +1038,8 @@ static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x
         r->bi[j] = (VkDescriptorBufferInfo){.buffer = b->blk->buf, .offset = b->off, .range = b->range};
     }
     r->bi[VK_BIND_STATUS] = (VkDescriptorBufferInfo){.buffer = be->sbuf, .offset = 0, .range = VK_WHOLE_SIZE};
+    r->bi[VK_BIND_X] = x->bx.blk ? (VkDescriptorBufferInfo){.buffer = x->bx.blk->buf, .offset = x->bx.off, .range = x->bx.range}
+                                 : r->bi[VK_BIND_STATUS]; /* unused: the status words as a placeholder */
     /* the push constants, and in their last word the node for the
      * progress word (common.glsl): every kernel's block ends there */
     if (pcsize) memcpy(r->pc, pc, pcsize);
@@ -1077,13 +1126,37 @@ static VkResult vk_play_tape(vk_backend *be, vk_slot *sl) {
     return VK_SUCCESS;
 }
 
+static bool vk_is_attn1(int kernel) {
+    return kernel == VK_K_ATTN_DEC1_F16 || kernel == VK_K_ATTN_DEC1_F16_MASK_F32 || kernel == VK_K_ATTN_DEC1_F16_MASK_F16;
+}
+
 static bool vk_is_attn(int kernel) {
-    return kernel == VK_K_ATTN_DEC_F16 || kernel == VK_K_ATTN_DEC_F16_MASK_F32 || kernel == VK_K_ATTN_DEC_F16_MASK_F16;
+    return kernel == VK_K_ATTN_DEC_F16 || kernel == VK_K_ATTN_DEC_F16_MASK_F32 || kernel == VK_K_ATTN_DEC_F16_MASK_F16 ||
+           vk_is_attn1(kernel);
 }
 
 static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     vk_device *d = be->dev;
     uint32_t pc[VK_PC_WORDS], grid[3];
+    if (vk_is_attn1(x->kernel)) {
+        /* attention in one dispatch: the output, and quantized in the
+         * scratch, where the mat-vec after it finds its column */
+        uint32_t pcsize = vk_op_params(d, x, pc, grid);
+        VkResult r = vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
+        if (r == VK_SUCCESS) {
+            const int64_t total = tsl_nelements(x->node);
+            sl->q_valid = true;
+            sl->q_src = x->b[VK_BIND_DST];
+            sl->q_at = x->bx;
+            sl->q_at.eoff = x->bx.eoff + VK_ASCR_Q8_WORD;
+            sl->zero_cnt = true;
+            for (int i = 0; i < TSL_MAX_DIMS; i++) {
+                sl->q_ne[i] = i == 0 ? total : 1;
+                sl->q_nb[i] = i == 0 ? sizeof(float) : (size_t)total * sizeof(float);
+            }
+        }
+        return r;
+    }
     if (vk_is_attn(x->kernel)) {
         /* fused attention: the key ranges' partials into the scratch, then
          * the pass that joins them into the output */
@@ -1107,6 +1180,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
             const int64_t total = tsl_nelements(x->node);
             sl->q_valid = true;
             sl->q_src = x->b[VK_BIND_DST];
+            sl->q_at = xb.b[2];
             for (int i = 0; i < TSL_MAX_DIMS; i++) {
                 sl->q_ne[i] = i == 0 ? total : 1;
                 sl->q_nb[i] = i == 0 ? sizeof(float) : (size_t)total * sizeof(float);
@@ -1121,6 +1195,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
             /* the scratch holds this node's row quantized now */
             sl->q_valid = true;
             sl->q_src = x->b[VK_BIND_DST];
+            sl->q_at = x->b[2];
             memcpy(sl->q_ne, x->node->ne, sizeof sl->q_ne);
             memcpy(sl->q_nb, x->node->nb, sizeof sl->q_nb);
         }
@@ -1149,9 +1224,11 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
         if (r != VK_SUCCESS) return r;
         sl->q_valid = true;
         sl->q_src = x->b[1];
+        sl->q_at = qb;
         memcpy(sl->q_ne, b->ne, sizeof sl->q_ne);
         memcpy(sl->q_nb, b->nb, sizeof sl->q_nb);
     }
+    x2.b[2] = sl->q_at; /* where the column is now (the quantizer's, or the kernel's that made it) */
     uint32_t pcsize = vk_op_params(d, &x2, pc, grid);
     return vk_encode_dispatch(be, sl, &x2, x->pipe, pc, pcsize, grid);
 }
@@ -1175,6 +1252,7 @@ static void vk_encode_slot(vk_backend *be, int s) {
     sl->levels = 0;
     sl->n_spans = 0;
     sl->q_valid = false;
+    sl->zero_cnt = false;
     sl->n_tape = 0;
     sl->reused = false;
     const char *what = "recording a kernel";
@@ -1228,6 +1306,12 @@ static void vk_encode_slot(vk_backend *be, int s) {
             uint32_t n = (uint32_t)(sl->first + sl->count > VK_PROF_MAX ? VK_PROF_MAX - sl->first : sl->count);
             vkCmdResetQueryPool(sl->cb, be->ppool, (uint32_t)sl->first, n);
         }
+        /* attn_dec1's counters start at 0 whatever an earlier compute left
+         * (the last command buffer to use them ended with a barrier before
+         * transfers) */
+        if (sl->zero_cnt && be->ascr)
+            vkCmdFillBuffer(sl->cb, be->ascr->blk->buf, be->ascr->off + (VkDeviceSize)VK_ASCR_CNT_WORD * 4u,
+                            (VkDeviceSize)16u << 10, 0);
         /* after everything before it on the queue: earlier command buffers
          * of this graph, uploads, earlier graphs */
         vk_barrier(sl->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
@@ -1243,7 +1327,7 @@ static void vk_encode_slot(vk_backend *be, int s) {
              * words) and to transfers once the fence signals */
             vk_barrier(sl->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                        VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                       VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT);
+                       VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
             if (be->qpool)
                 vkCmdWriteTimestamp(sl->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, be->qpool, 2u * (uint32_t)s + 1);
             what = "ending a command buffer";
@@ -2853,6 +2937,7 @@ tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
     be->cb_explicit = getenv("TSL_VULKAN_CB") != NULL;
     be->no_reuse = getenv("TSL_VULKAN_REUSE") && strcmp(getenv("TSL_VULKAN_REUSE"), "0") == 0;
     be->no_fuse = getenv("TSL_VULKAN_FUSE") && strcmp(getenv("TSL_VULKAN_FUSE"), "0") == 0;
+    be->no_one = getenv("TSL_VULKAN_ATTN_ONE") && strcmp(getenv("TSL_VULKAN_ATTN_ONE"), "0") == 0;
     be->no_qfuse = getenv("TSL_VULKAN_FUSE_QUANT") && strcmp(getenv("TSL_VULKAN_FUSE_QUANT"), "0") == 0;
     const int spin = vk_env_int("TSL_VULKAN_SPIN_US", -1, 1000000, -1);
     /* (not on a CPU device: polling takes a core from the kernels) */

@@ -473,6 +473,9 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     case VK_K_ATTN_DEC_F16:
     case VK_K_ATTN_DEC_F16_MASK_F32:
     case VK_K_ATTN_DEC_F16_MASK_F16:
+    case VK_K_ATTN_DEC1_F16:
+    case VK_K_ATTN_DEC1_F16_MASK_F32:
+    case VK_K_ATTN_DEC1_F16_MASK_F16:
     case VK_K_ATTN_COMBINE_F32:
     case VK_K_ATTN_COMBINE_Q_F32: {
         /* mul_mat(V, soft_max(mul_mat(K, q), mask)) fused (vk_backend.c):
@@ -516,8 +519,18 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = mt ? x->b[2].eoff : 0u;
         *p++ = mt ? vk_u32((int64_t)(mt->nb[0] / es[2])) : 0u;
         *p++ = mt ? vk_u32((int64_t)(mt->nb[1] / es[2])) : 0u;
-        *p++ = x->b[3].eoff;
+        const bool one = x->kernel == VK_K_ATTN_DEC1_F16 || x->kernel == VK_K_ATTN_DEC1_F16_MASK_F32 ||
+                         x->kernel == VK_K_ATTN_DEC1_F16_MASK_F16;
+        *p++ = one ? x->bx.eoff : x->b[3].eoff; /* the partials */
         *p++ = f2u(op_get_f32(sm, 0));
+        if (one) {
+            /* attn_dec1: the counters and the quantized column in the
+             * scratch (binding 5), the output at 3 */
+            *p++ = x->bx.eoff + VK_ASCR_CNT_WORD;
+            *p++ = x->bx.eoff + VK_ASCR_Q8_WORD;
+            *p++ = x->b[3].eoff;
+            for (int i = 0; i < 3; i++) *p++ = vk_u32((int64_t)(n->nb[i] / 4));
+        }
         vk_grid(d, (uint64_t)(H * N) * nsplit, grid);
         break;
     }

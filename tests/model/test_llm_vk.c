@@ -21,6 +21,7 @@
 
 #include "model/llm_impl.h"
 #include "test.h"
+#include "vulkan/vk_test.h"
 #include "model/llm_test.h"
 
 /* A tiny model: F32 weights (their rows are 256 bytes, so every tensor
@@ -351,6 +352,75 @@ out:
     unlink(path);
 }
 
+/* Decode attention in one dispatch (attn_dec1, where the device has integer
+ * dot products: the last key range of each head joins the ranges and writes
+ * the output quantized for the projection): the same logits, bit for bit,
+ * as the two passes it replaces (forced by the driver refusing attn_dec1),
+ * one dispatch fewer a layer and token, and the CPU's within Q8_0's bound.
+ * Heads of 32 (whole Q8_0 blocks); the graph's memory puts the attention's
+ * output over q, head over head. */
+static void test_attention_one(void) {
+    synth_params p;
+    memset(&p, 0, sizeof p);
+    p.shape = (synth_shape){"attn1", TSL_ARCH_LLAMA, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false};
+    p.type = TSL_TYPE_Q8_0;
+    p.seed = 5;
+    p.n_threads = 2;
+    const char *path = tpath("attn1.gguf");
+    tsl_error err;
+    CHECK(synth_write(&p, path, &err) == TSL_SUCCESS);
+    tsl_model *m = load(path);
+    tsl_backend *vk = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
+    static const char *const one[] = {"attn_dec1_f16", "attn_dec1_f16_mask_f32", "attn_dec1_f16_mask_f16"};
+    enum { STEPS = 6 };
+    const int nv = m ? tsl_model_get_info(m)->n_vocab : 0;
+    float *l[2] = {m ? malloc((size_t)STEPS * nv * sizeof(float)) : NULL, m ? malloc((size_t)STEPS * nv * sizeof(float)) : NULL};
+    uint64_t disp[2] = {0, 0};
+    bool ok = m && vk && cpu && l[0] && l[1];
+    CHECK(ok);
+    for (int pass = 0; ok && pass < 2; pass++) {
+        if (pass == 1)
+            for (int k = 0; k < 3; k++) CHECK(vk_test_set_kernel(vk, one[k], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+        tsl_llm_ctx *c = new_ctx(m, vk, 64, 16, false);
+        ok = c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS;
+        CHECKF(ok, "pass %d: %s", pass, err.message);
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(vk, &s0) == TSL_SUCCESS);
+        for (int i = 0; ok && i < STEPS; i++) {
+            ok = tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS && tsl_llm_logits(c, -1);
+            CHECKF(ok, "pass %d, token %d: %s", pass, i, err.message);
+            if (ok) memcpy(l[pass] + (size_t)i * nv, tsl_llm_logits(c, -1), (size_t)nv * sizeof(float));
+        }
+        CHECK(tsl_backend_vulkan_stats(vk, &s1) == TSL_SUCCESS);
+        disp[pass] = s1.dispatches - s0.dispatches;
+        tsl_llm_ctx_free(c);
+    }
+    for (int k = 0; vk && k < 3; k++) CHECK(vk_test_set_kernel(vk, one[k], NULL, 0, NULL, &err) == TSL_SUCCESS);
+    if (ok) {
+        CHECKF(memcmp(l[0], l[1], (size_t)STEPS * nv * sizeof(float)) == 0, "one dispatch and two passes differ");
+        tsl_vulkan_device_info vi;
+        const bool qdot = tsl_backend_vulkan_info(vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot;
+        const uint64_t want = qdot ? (uint64_t)STEPS * (uint64_t)tsl_model_get_info(m)->n_layer : 0;
+        CHECKF(disp[1] - disp[0] == want, "%llu and %llu dispatches for %d tokens, want %llu fewer",
+               (unsigned long long)disp[0], (unsigned long long)disp[1], STEPS, (unsigned long long)want);
+        /* and the CPU's logits, token by token */
+        tsl_llm_ctx *cc = new_ctx(m, cpu, 64, 16, false);
+        CHECK(cc && tsl_llm_decode(cc, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+        for (int i = 0; cc && i < STEPS; i++) {
+            CHECK(tsl_llm_decode(cc, PROMPT + i, 1, &err) == TSL_SUCCESS);
+            const double d = rel_diff(l[0] + (size_t)i * nv, tsl_llm_logits(cc, -1), nv);
+            CHECKF(d <= 5e-2, "token %d against the CPU's: %.3g", i, d);
+        }
+        tsl_llm_ctx_free(cc);
+    }
+    free(l[0]);
+    free(l[1]);
+    tsl_model_free(m);
+    tsl_backend_free(vk);
+    tsl_backend_free(cpu);
+    unlink(path);
+}
+
 /* A weight op whose kernel fails: the CPU takes the op and reads that
  * weight from the mapping, not from the device (which would copy it back
  * to the host on every compute). */
@@ -608,6 +678,7 @@ int main(void) {
         RUN(test_recovery_file_layout);
         RUN(test_recovery_packed);
         RUN(test_kernel_fallback);
+        RUN(test_attention_one);
         RUN(test_weight_op_fallback);
         RUN(test_steady_decode);
         rc = test_summary();

@@ -969,10 +969,13 @@ static void test_attention(void) {
             tsl_backend_free(fresh);
         }
     }
-    /* the projected output: with integer dot products the combine pass
-     * writes the projection's quantized column (attention 2 dispatches, the
-     * projection 1, no quantizer), byte for byte the quantizer's: the same
-     * products, bit for bit, as a backend that leaves the quantizer apart */
+    /* the projected output: with integer dot products the attention runs
+     * in one dispatch (attn_dec1: the last key range of each head joins the
+     * ranges) and writes the projection's quantized column (the projection
+     * 1 dispatch, no quantizer), byte for byte the quantizer's: the same
+     * products, bit for bit, as a backend that leaves the quantizer apart
+     * (two attention passes, the quantizer, the projection); and as the two
+     * passes with the quantizing combine, where attn_dec1 fails to build */
     {
         static const attn_arg pa = {128, 128, 32, 8, 1, 300, 320, 1, 2};
         tsl_vulkan_stats s0, s1;
@@ -983,7 +986,7 @@ static void test_attention(void) {
         vkt_stat sp = {.name = "attention, projected"};
         vkt_check(&sp, build_attn, &pa, 660, 3e-2, 3e-2, "projected");
         CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
-        const uint64_t want_p = 3; /* the quantizing combine and the mat-vec, or the F32 mat-vec */
+        const uint64_t want_p = g_qdot ? 2 : 3; /* attn_dec1 and the mat-vec; or two passes and the F32 mat-vec */
         CHECKF(s1.dispatches - s0.dispatches == want_p, "projected: %llu dispatches, want %llu",
                (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want_p);
         if (g_qdot) {
@@ -1000,6 +1003,23 @@ static void test_attention(void) {
             if (r[0] && r[1] && nr[0] == nr[1])
                 CHECKF(memcmp(r[0], r[1], (size_t)nr[0] * sizeof(float)) == 0,
                        "projected: the quantizing combine and the quantizer apart differ");
+            /* attn_dec1 refused by the driver: the two passes, the combine
+             * quantizing, the same bytes */
+            CHECK(vk_test_set_kernel(g_vk, "attn_dec1_f16_mask_f32", NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+            tsl_vulkan_stats t0, t1;
+            CHECK(tsl_backend_vulkan_stats(g_vk, &t0) == TSL_SUCCESS);
+            const uint64_t v0 = t0.validation_errors;
+            float *r2 = NULL;
+            int64_t n2 = 0;
+            CHECK(vkt_run(g_vk, build_attn, &pa, false, 661, &r2, &n2, &err) == TSL_SUCCESS);
+            CHECK(tsl_backend_vulkan_stats(g_vk, &t1) == TSL_SUCCESS);
+            CHECKF(t1.dispatches - t0.dispatches == 3, "attn_dec1 broken: %llu dispatches, want 3",
+                   (unsigned long long)(t1.dispatches - t0.dispatches));
+            CHECKF(n2 == nr[0] && r[0] && r2 && memcmp(r[0], r2, (size_t)n2 * sizeof(float)) == 0,
+                   "projected: one dispatch and two passes differ");
+            g_expected_validation_errors += t1.validation_errors - v0;
+            CHECK(vk_test_set_kernel(g_vk, "attn_dec1_f16_mask_f32", NULL, 0, NULL, &err) == TSL_SUCCESS);
+            free(r2);
             free(r[0]);
             free(r[1]);
             tsl_backend_free(noq);

@@ -57,6 +57,10 @@ layout(push_constant) uniform P {
     uint om, sm0, sm1;                    /* mask: (j, n) */
     uint od;                              /* the partials: (h, n, split) at od + ((n H + h) nsplit + split) (hdv + 2) */
     float scale;
+#if defined(ONE)
+    uint oc, oqc;                         /* in binding 5: the counters', the quantized column's first word */
+    uint oo, so0, so1, so2;               /* out: (e, n, h) in binding 3 */
+#endif
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
@@ -68,7 +72,33 @@ layout(binding = 2) readonly buffer Mk { float mk[]; };
 #elif defined(MASK_F16)
 layout(binding = 2) readonly buffer Mk { float16_t mk[]; };
 #endif
+#if defined(ONE)
+/* ONE (attn_dec1_*): the whole attention in one dispatch, for one column
+ * whose output an integer-dot mat-vec reads next. Binding 3 is the output;
+ * the partials, a counter per (head, column) and the output quantized to
+ * Q8_0 (that mat-vec's column, byte for byte what quant_q8.comp makes) are
+ * in binding 5, the backend's attention scratch. A workgroup counts itself
+ * in once its range's partials are written and fenced; the last of its
+ * head joins the ranges as attn_combine.comp does, writes the head's
+ * output and its Q8_0 blocks, and sets the counter back to 0 for the next
+ * layer's attention (the command buffer also zeroes the counters before its
+ * first kernel). One level of kernels fewer a layer than the two passes. */
+#include "q8.glsl"
+layout(binding = 3) writeonly buffer D { float d[]; }; /* the output */
+layout(binding = 5) coherent buffer XF { float xf[]; };
+layout(binding = 5) coherent buffer XU { uint xu[]; };
+#define PART xf
+#define SPLIT_MAX 64u /* vk_attn_split's most ranges */
+#define CR 8u         /* ranges' values in flight per invocation */
+shared float sm[SPLIT_MAX], sl[SPLIT_MAX];
+shared float qv[HD_MAX];
+shared float qm[64];
+shared int qsum[64];
+shared uint last_;
+#else
 layout(binding = 3) writeonly buffer D { float d[]; }; /* the partials */
+#define PART d
+#endif
 
 shared float qs[HD_MAX];
 shared float ps[CH];
@@ -204,11 +234,75 @@ void main() {
     /* this range's running maximum, sum and unnormalized output */
     const uint base = pc.od + (hn * pc.nsplit + split) * (pc.hdv + 2u);
     if (tid == 0u) {
-        d[base] = m;
-        d[base + 1u] = l;
+        PART[base] = m;
+        PART[base + 1u] = l;
     }
     [[unroll]] for (uint t = 0u; t < HD_MAX / WG; t++) {
         const uint e = tid + t * WG;
-        if (e < pc.hdv) d[base + 2u + e] = acc[t];
+        if (e < pc.hdv) PART[base + 2u + e] = acc[t];
     }
+#if defined(ONE)
+    /* count this range in; the last of the head joins them */
+    barrier();
+    if (tid == 0u) {
+        memoryBarrierBuffer();
+        last_ = atomicAdd(xu[pc.oc + hn], 1u) + 1u == pc.nsplit ? 1u : 0u;
+    }
+    barrier();
+    if (last_ == 0u) return; /* uniform per workgroup */
+    memoryBarrierBuffer();
+    const uint R = pc.hdv + 2u, hbase = pc.od + hn * pc.nsplit * R;
+    for (uint s = tid; s < pc.nsplit; s += WG) {
+        sm[s] = xf[hbase + s * R];
+        sl[s] = xf[hbase + s * R + 1u];
+    }
+    barrier();
+    float mx = -1.0 / 0.0;
+    for (uint s = 0u; s < pc.nsplit; s++) mx = max(mx, sm[s]);
+    float lt = 0.0;
+    if (!isinf(mx))
+        for (uint s = 0u; s < pc.nsplit; s++)
+            if (!isinf(sm[s])) lt += sl[s] * exp(sm[s] - mx);
+    const float inv = lt > 0.0 ? 1.0 / lt : 0.0;
+    for (uint e = tid; e < pc.hdv; e += WG) {
+        float o = 0.0;
+        if (!isinf(mx))
+            for (uint s0 = 0u; s0 < pc.nsplit; s0 += CR) {
+                float v[CR];
+                [[unroll]] for (uint r = 0u; r < CR; r++)
+                    v[r] = s0 + r < pc.nsplit ? xf[hbase + (s0 + r) * R + 2u + e] : 0.0;
+                [[unroll]] for (uint r = 0u; r < CR; r++)
+                    if (s0 + r < pc.nsplit && !isinf(sm[s0 + r])) o += v[r] * exp(sm[s0 + r] - mx);
+            }
+        d[pc.oo + e * pc.so0 + n * pc.so1 + h * pc.so2] = o * inv;
+        qv[e] = o * inv;
+    }
+    /* head h's hdv values are blocks h hdv / 32 .. of the column: eight
+     * invocations a block, four values each, as in quant_q8.comp */
+    barrier();
+    const uint part = tid % 8u, nb = pc.n_head * pc.hdv / 32u;
+    const uint nblk = pc.hdv / 32u, blk = h * nblk + tid / 8u;
+    const bool live = tid < nblk * 8u;
+    vec4 x = vec4(0.0);
+    if (live) {
+        const uint k = (tid / 8u) * 32u + part * 4u;
+        x = vec4(qv[k], qv[k + 1u], qv[k + 2u], qv[k + 3u]);
+        qm[tid] = max(max(abs(x.x), abs(x.y)), max(abs(x.z), abs(x.w)));
+    }
+    barrier();
+    float dq = 0.0;
+    uint word = 0u;
+    if (live) {
+        float amax = 0.0;
+        [[unroll]] for (uint i = 0u; i < 8u; i++) amax = max(amax, qm[tid - part + i]);
+        float id;
+        q8_scale(amax, dq, id);
+        int sum;
+        word = q8_word(x, id, sum);
+        qsum[tid] = sum;
+    }
+    barrier();
+    if (live) Q8_STORE(xu, pc.oqc, nb, blk, part, word, dq, qsum, tid)
+    if (tid == 0u) xu[pc.oc + hn] = 0u; /* for the next attention */
+#endif
 }
