@@ -28,20 +28,26 @@
  * offset is a multiple of 256 whatever the file's alignment) or Q8_0 (rows
  * of 68 bytes: with the default alignment, 32, tensors fall off 256-byte
  * boundaries and the device copy must be packed). */
-static bool write_tiny(const char *path, tsl_llm_arch arch, tsl_type type, uint32_t alignment) {
+/* A random-weight model of shape sh into path (2 threads generating it). */
+static bool write_shape(const char *path, synth_shape sh, tsl_type type, uint64_t seed, uint32_t alignment) {
     synth_params p;
     memset(&p, 0, sizeof p);
-    p.shape = *synth_find_shape("tiny");
-    p.shape.arch = arch;
-    if (arch == TSL_ARCH_QWEN3) p.shape.head_dim = 32;
+    p.shape = sh;
     p.type = type;
-    p.seed = 11;
+    p.seed = seed;
     p.n_threads = 2;
     p.alignment = alignment;
     tsl_error err;
     tsl_status s = synth_write(&p, path, &err);
     if (s != TSL_SUCCESS) fprintf(stderr, "synth_write: %s\n", err.message);
     return s == TSL_SUCCESS;
+}
+
+static bool write_tiny(const char *path, tsl_llm_arch arch, tsl_type type, uint32_t alignment) {
+    synth_shape sh = *synth_find_shape("tiny");
+    sh.arch = arch;
+    if (arch == TSL_ARCH_QWEN3) sh.head_dim = 32;
+    return write_shape(path, sh, type, 11, alignment);
 }
 
 static tsl_llm_ctx *new_ctx(tsl_model *m, tsl_backend *be, int n_ctx, int n_batch, bool all) {
@@ -360,15 +366,10 @@ out:
  * Heads of 32 (whole Q8_0 blocks); the graph's memory puts the attention's
  * output over q, head over head. */
 static void test_attention_one(void) {
-    synth_params p;
-    memset(&p, 0, sizeof p);
-    p.shape = (synth_shape){"attn1", TSL_ARCH_LLAMA, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false};
-    p.type = TSL_TYPE_Q8_0;
-    p.seed = 5;
-    p.n_threads = 2;
     const char *path = tpath("attn1.gguf");
+    CHECK(write_shape(path, (synth_shape){"attn1", TSL_ARCH_LLAMA, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false},
+                      TSL_TYPE_Q8_0, 5, 0));
     tsl_error err;
-    CHECK(synth_write(&p, path, &err) == TSL_SUCCESS);
     tsl_model *m = load(path);
     tsl_backend *vk = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
     static const char *const one[] = {"attn_dec1_f16", "attn_dec1_f16_mask_f32", "attn_dec1_f16_mask_f16"};
@@ -576,15 +577,10 @@ out:
  * second copy breaks the budget. */
 static void test_gpu_rss(void) {
     if (tsl_vulkan_device_count() == 0) return; /* main says whether that is a failure */
-    synth_params sp;
-    memset(&sp, 0, sizeof sp);
-    sp.shape = (synth_shape){"rss", TSL_ARCH_LLAMA, 32000, 2048, 512, 24, 1536, 8, 4, 64, 10000.0f, 1e-5f, false};
-    sp.type = TSL_TYPE_Q8_0;
-    sp.seed = 3;
-    sp.n_threads = 2;
     const char *path = tpath("rss.gguf");
     tsl_error err;
-    CHECK(synth_write(&sp, path, &err) == TSL_SUCCESS);
+    CHECK(write_shape(path, (synth_shape){"rss", TSL_ARCH_LLAMA, 32000, 2048, 512, 24, 1536, 8, 4, 64, 10000.0f, 1e-5f, false},
+                      TSL_TYPE_Q8_0, 3, 0));
     tsl_backend *be = vk_new();
     if (!be) {
         CHECK(be != NULL);
