@@ -668,7 +668,7 @@ static bool vk_fuse_qout(vk_backend *be, vk_exec *m, int from, int n, int64_t ma
 /* Does fused attention m (two passes, its output quantized) fit attn_dec1:
  * one column, its partials below the scratch's counters, a counter per
  * head, its quantized output within its part of the scratch, hdv whole
- * Q8_0 blocks, and the output not over q? */
+ * Q8_0 blocks, and the output apart from q or exactly over it? */
 static bool vk_attn1_fits(const vk_exec *m) {
     const tsl_tensor *kq = m->fused, *kt = kq->src[0], *qt = kq->src[1], *o = m->node;
     const int64_t H = qt->ne[2], N = qt->ne[1], hdv = o->ne[0];
@@ -818,8 +818,8 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
                     }
                     /* ... or in one dispatch (attn_dec1: its last range per
                      * head joins them), where the scratch has room and the
-                     * output does not lie over q (the two-pass kernels write
-                     * it only after every range has read q) */
+                     * output lies over q, if at all, head over head
+                     * (vk_attn1_fits) */
                     const int a1 = ak == VK_K_ATTN_DEC_F16           ? VK_K_ATTN_DEC1_F16
                                    : ak == VK_K_ATTN_DEC_F16_MASK_F32 ? VK_K_ATTN_DEC1_F16_MASK_F32
                                                                       : VK_K_ATTN_DEC1_F16_MASK_F16;
@@ -1131,8 +1131,20 @@ static bool vk_is_attn1(int kernel) {
 }
 
 static bool vk_is_attn(int kernel) {
-    return kernel == VK_K_ATTN_DEC_F16 || kernel == VK_K_ATTN_DEC_F16_MASK_F32 || kernel == VK_K_ATTN_DEC_F16_MASK_F16 ||
-           vk_is_attn1(kernel);
+    return kernel == VK_K_ATTN_DEC_F16 || kernel == VK_K_ATTN_DEC_F16_MASK_F32 || kernel == VK_K_ATTN_DEC_F16_MASK_F16;
+}
+
+/* The scratch holds attention x's output quantized (at `at`), as the one
+ * dense column [n, 1, 1, 1] its reader presents. */
+static void vk_note_column(vk_slot *sl, const vk_exec *x, vk_bind at) {
+    const int64_t total = tsl_nelements(x->node);
+    sl->q_valid = true;
+    sl->q_src = x->b[VK_BIND_DST];
+    sl->q_at = at;
+    for (int i = 0; i < TSL_MAX_DIMS; i++) {
+        sl->q_ne[i] = i == 0 ? total : 1;
+        sl->q_nb[i] = i == 0 ? sizeof(float) : (size_t)total * sizeof(float);
+    }
 }
 
 static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
@@ -1144,16 +1156,10 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
         uint32_t pcsize = vk_op_params(d, x, pc, grid);
         VkResult r = vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
         if (r == VK_SUCCESS) {
-            const int64_t total = tsl_nelements(x->node);
-            sl->q_valid = true;
-            sl->q_src = x->b[VK_BIND_DST];
-            sl->q_at = x->bx;
-            sl->q_at.eoff = x->bx.eoff + VK_ASCR_Q8_WORD;
+            vk_bind at = x->bx;
+            at.eoff = x->bx.eoff + VK_ASCR_Q8_WORD;
+            vk_note_column(sl, x, at);
             sl->zero_cnt = true;
-            for (int i = 0; i < TSL_MAX_DIMS; i++) {
-                sl->q_ne[i] = i == 0 ? total : 1;
-                sl->q_nb[i] = i == 0 ? sizeof(float) : (size_t)total * sizeof(float);
-            }
         }
         return r;
     }
@@ -1174,18 +1180,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
         xb.b[2] = x->qout ? vk_qscr_bind(be) : (vk_bind){0};
         pcsize = vk_op_params(d, &xb, pc, grid);
         r = vk_encode_dispatch(be, sl, &xb, x->pipe2, pc, pcsize, grid);
-        if (r == VK_SUCCESS && x->qout) {
-            /* the scratch holds the output quantized, as the one dense
-             * column [n, 1, 1, 1] its reader presents */
-            const int64_t total = tsl_nelements(x->node);
-            sl->q_valid = true;
-            sl->q_src = x->b[VK_BIND_DST];
-            sl->q_at = xb.b[2];
-            for (int i = 0; i < TSL_MAX_DIMS; i++) {
-                sl->q_ne[i] = i == 0 ? total : 1;
-                sl->q_nb[i] = i == 0 ? sizeof(float) : (size_t)total * sizeof(float);
-            }
-        }
+        if (r == VK_SUCCESS && x->qout) vk_note_column(sl, x, xb.b[2]);
         return r;
     }
     if (!x->pipe2) {
