@@ -88,12 +88,12 @@ layout(binding = 3) writeonly buffer D { float d[]; }; /* the output */
 layout(binding = 5) coherent buffer XF { float xf[]; };
 layout(binding = 5) coherent buffer XU { uint xu[]; };
 #define PART xf
-#define SPLIT_MAX 64u /* vk_attn_split's most ranges */
-#define CR 8u         /* ranges' values in flight per invocation */
-shared float sm[SPLIT_MAX], sl[SPLIT_MAX];
-shared float qv[HD_MAX];
-shared float qm[64];
-shared int qsum[64];
+#define CMB_WG WG
+#define CMB_P xf
+#define CMB_OUT d
+#define CMB_QOUT
+#define CMB_Q xu
+#include "combine.glsl"
 shared uint last_;
 #else
 layout(binding = 3) writeonly buffer D { float d[]; }; /* the partials */
@@ -251,58 +251,8 @@ void main() {
     barrier();
     if (last_ == 0u) return; /* uniform per workgroup */
     memoryBarrierBuffer();
-    const uint R = pc.hdv + 2u, hbase = pc.od + hn * pc.nsplit * R;
-    for (uint s = tid; s < pc.nsplit; s += WG) {
-        sm[s] = xf[hbase + s * R];
-        sl[s] = xf[hbase + s * R + 1u];
-    }
-    barrier();
-    float mx = -1.0 / 0.0;
-    for (uint s = 0u; s < pc.nsplit; s++) mx = max(mx, sm[s]);
-    float lt = 0.0;
-    if (!isinf(mx))
-        for (uint s = 0u; s < pc.nsplit; s++)
-            if (!isinf(sm[s])) lt += sl[s] * exp(sm[s] - mx);
-    const float inv = lt > 0.0 ? 1.0 / lt : 0.0;
-    for (uint e = tid; e < pc.hdv; e += WG) {
-        float o = 0.0;
-        if (!isinf(mx))
-            for (uint s0 = 0u; s0 < pc.nsplit; s0 += CR) {
-                float v[CR];
-                [[unroll]] for (uint r = 0u; r < CR; r++)
-                    v[r] = s0 + r < pc.nsplit ? xf[hbase + (s0 + r) * R + 2u + e] : 0.0;
-                [[unroll]] for (uint r = 0u; r < CR; r++)
-                    if (s0 + r < pc.nsplit && !isinf(sm[s0 + r])) o += v[r] * exp(sm[s0 + r] - mx);
-            }
-        d[pc.oo + e * pc.so0 + n * pc.so1 + h * pc.so2] = o * inv;
-        qv[e] = o * inv;
-    }
-    /* head h's hdv values are blocks h hdv / 32 .. of the column: eight
-     * invocations a block, four values each, as in quant_q8.comp */
-    barrier();
-    const uint part = tid % 8u, nb = pc.n_head * pc.hdv / 32u;
-    const uint nblk = pc.hdv / 32u, blk = h * nblk + tid / 8u;
-    const bool live = tid < nblk * 8u;
-    vec4 x = vec4(0.0);
-    if (live) {
-        const uint k = (tid / 8u) * 32u + part * 4u;
-        x = vec4(qv[k], qv[k + 1u], qv[k + 2u], qv[k + 3u]);
-        qm[tid] = max(max(abs(x.x), abs(x.y)), max(abs(x.z), abs(x.w)));
-    }
-    barrier();
-    float dq = 0.0;
-    uint word = 0u;
-    if (live) {
-        float amax = 0.0;
-        [[unroll]] for (uint i = 0u; i < 8u; i++) amax = max(amax, qm[tid - part + i]);
-        float id;
-        q8_scale(amax, dq, id);
-        int sum;
-        word = q8_word(x, id, sum);
-        qsum[tid] = sum;
-    }
-    barrier();
-    if (live) Q8_STORE(xu, pc.oqc, nb, blk, part, word, dq, qsum, tid)
+    combine_head(tid, h, pc.n_head, pc.hdv, pc.nsplit, pc.od + hn * pc.nsplit * (pc.hdv + 2u),
+                 pc.oo + n * pc.so1 + h * pc.so2, pc.so0, pc.oqc);
     if (tid == 0u) xu[pc.oc + hn] = 0u; /* for the next attention */
 #endif
 }
