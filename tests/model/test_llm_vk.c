@@ -371,7 +371,8 @@ out:
  * as the two passes it replaces (forced by the driver refusing attn_dec1),
  * one dispatch fewer a layer and token, and the CPU's within Q8_0's bound.
  * Heads of 32 (whole Q8_0 blocks); the graph's memory puts the attention's
- * output over q, head over head. */
+ * output over q, head over head. And a device lost mid-decode: recovered,
+ * the same logits after it. */
 static void test_attention_one(void) {
     const char *path = tpath("attn1.gguf");
     CHECK(write_shape(path, (synth_shape){"attn1", TSL_ARCH_LLAMA, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false},
@@ -420,6 +421,25 @@ static void test_attention_one(void) {
             CHECKF(d <= 5e-2, "token %d against the CPU's: %.3g", i, d);
         }
         tsl_llm_ctx_free(cc);
+        /* the device lost in the middle (injected) while attn_dec1 runs:
+         * after recovery (a new device, a new scratch and its counters)
+         * the next tokens give the logits of the run without the loss */
+        tsl_llm_ctx *c = new_ctx(m, vk, 64, 16, false);
+        CHECK(c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+        for (int i = 0; c && i < 3; i++) {
+            CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
+            CHECK(rel_diff(tsl_llm_logits(c, -1), l[0] + (size_t)i * nv, nv) == 0);
+        }
+        CHECK(tsl_backend_inject(vk, "lost@times=1", &err) == TSL_SUCCESS);
+        CHECK(c && tsl_llm_decode(c, PROMPT + 3, 1, &err) == TSL_DEVICE_LOST);
+        CHECK(tsl_backend_recover(vk, &err) == TSL_SUCCESS);
+        tsl_backend_inject_clear(vk);
+        for (int i = 3; c && i < STEPS; i++) {
+            CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
+            const double d = rel_diff(tsl_llm_logits(c, -1), l[0] + (size_t)i * nv, nv);
+            CHECKF(d <= 1e-5, "token %d after the recovery: %.3g", i, d);
+        }
+        tsl_llm_ctx_free(c);
     }
     free(l[0]);
     free(l[1]);
