@@ -46,6 +46,7 @@ typedef struct llm_layer {
      * in one buffer (weights.c); single-token graphs use them (arch.c). */
     tsl_tensor *wqkv, *ffn_gate_up;
     tsl_tensor *bq, *bk, *bv;        /* qwen2 (optional for llama), else NULL */
+    tsl_tensor *bqkv;                /* device copies with wqkv: bq, bk, bv as one row (weights.c), else NULL */
     tsl_tensor *q_norm, *k_norm;     /* qwen3, else NULL */
     tsl_tensor *ffn_norm;
     tsl_tensor *ffn_gate, *ffn_up, *ffn_down;

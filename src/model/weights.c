@@ -80,7 +80,7 @@ typedef struct devw_fused {
 
 struct llm_devw {
     llm_devw *next;
-    devw_fused *fused; /* 2 per layer at most */
+    devw_fused *fused; /* 3 per layer at most */
     int n_fused;
     int device;
     tsl_backend *be; /* the model's own backend on the device: owns the buffers */
@@ -92,6 +92,10 @@ struct llm_devw {
     int n_seg;
     int w_layers;
     uint64_t bytes, uploads;
+    /* the layers' q, k and v biases one row each (devw_bias): a buffer of
+     * their own, persistent with bias_host as its source */
+    tsl_buffer *bias_buf;
+    float *bias_host;
 };
 
 static size_t devw_round(size_t v, size_t a) { return a > 1 ? (v + a - 1) / a * a : v; }
@@ -162,6 +166,8 @@ static tsl_status devw_upload_seg(llm_devw *d, int k, devw_bar *bar, tsl_error *
 static void devw_free(llm_devw *d) {
     if (!d) return;
     for (int k = 0; k < d->n_seg; k++) tsl_buffer_free(d->seg[k].buf);
+    tsl_buffer_free(d->bias_buf);
+    free(d->bias_host);
     tsl_ctx_free(d->ctx);
     tsl_backend_free(d->be);
     free(d->w.layers);
@@ -209,7 +215,7 @@ static tsl_tensor *devw_fuse(llm_devw *d, tsl_tensor *a, tsl_tensor *b, tsl_tens
      * own weights do (data set, no buffer: host memory, read-only). */
     tsl_tensor *f = tsl_new_tensor_2d(d->ctx, a->type, a->ne[0], rows);
     tsl_tensor *h = tsl_new_tensor_2d(d->ctx, a->type, a->ne[0], rows);
-    if (!f || !h || d->n_fused >= 2 * d->w_layers) return NULL;
+    if (!f || !h || d->n_fused >= 3 * d->w_layers) return NULL;
     for (int i = 1; i < n; i++)
         if (e[i]->src != e[i - 1]->src + e[i - 1]->size) return NULL;
     if (tsl_buffer_place(d->seg[e[0]->seg].buf, f, e[0]->boff, NULL) != TSL_SUCCESS) return NULL;
@@ -218,6 +224,74 @@ static tsl_tensor *devw_fuse(llm_devw *d, tsl_tensor *a, tsl_tensor *b, tsl_tens
     tsl_tensor_format_name(h, fmt, il);
     d->fused[d->n_fused++] = (devw_fused){.dev = f, .host = h};
     return tsl_tensor_format_name(f, fmt, il);
+}
+
+/* Where a layer's Q, K and V matrices are one (wqkv) and it has the three
+ * biases (qwen2), the biases one row as well (bqkv): a single-token graph
+ * then adds them to the product at once, which the Vulkan backend folds
+ * into the product's kernel (a level and three dispatches fewer a layer).
+ * The files keep the biases apart, so the rows are copied: into one small
+ * buffer for all layers, persistent with a host copy as its source (a
+ * recovery restores it by itself), and each row with a host twin for a
+ * node the device cannot run. Nothing when no layer has them; false with
+ * err set when memory runs out. */
+static bool devw_bias(tsl_model *m, llm_devw *d, size_t align, tsl_error *err) {
+    size_t total = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const llm_layer *L = &d->w.layers[il], *h = &m->w.layers[il];
+        if (!L->wqkv || !h->bq || !h->bk || !h->bv) continue;
+        const tsl_tensor *b[3] = {h->bq, h->bk, h->bv};
+        bool ok = true;
+        for (int j = 0; j < 3; j++)
+            ok = ok && b[j]->type == TSL_TYPE_F32 && tsl_is_contiguous(b[j]) && tsl_nelements(b[j]) == b[j]->ne[0] &&
+                 b[j]->data;
+        if (ok) total += devw_round((size_t)(h->bq->ne[0] + h->bk->ne[0] + h->bv->ne[0]) * sizeof(float), align);
+    }
+    if (!total) return true;
+    tsl_error e;
+    d->bias_host = calloc(1, total);
+    d->bias_buf = d->bias_host ? tsl_buffer_alloc(d->be, total, &e) : NULL;
+    if (!d->bias_buf) {
+        error_set(err, TSL_ALLOC_FAILED, tsl_backend_name(d->be), tsl_backend_device(d->be), -1, NULL, NULL,
+                  "model '%.64s': no memory for its q/k/v biases (%zu bytes)%s%.120s", devw_file_name(m), total,
+                  d->bias_host ? ": " : "", d->bias_host ? e.message : "");
+        return false;
+    }
+    size_t off = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        llm_layer *L = &d->w.layers[il];
+        const llm_layer *h = &m->w.layers[il];
+        if (!L->wqkv || !h->bq || !h->bk || !h->bv || !h->bq->data || !h->bk->data || !h->bv->data ||
+            h->bq->type != TSL_TYPE_F32 || h->bk->type != TSL_TYPE_F32 || h->bv->type != TSL_TYPE_F32)
+            continue;
+        const int64_t nq = h->bq->ne[0], nk = h->bk->ne[0], nv = h->bv->ne[0];
+        float *row = (float *)((char *)d->bias_host + off);
+        memcpy(row, h->bq->data, (size_t)nq * sizeof(float));
+        memcpy(row + nq, h->bk->data, (size_t)nk * sizeof(float));
+        memcpy(row + nq + nk, h->bv->data, (size_t)nv * sizeof(float));
+        tsl_tensor *t = tsl_new_tensor_1d(d->ctx, TSL_TYPE_F32, nq + nk + nv);
+        tsl_tensor *ht = tsl_new_tensor_1d(d->ctx, TSL_TYPE_F32, nq + nk + nv);
+        if (!t || !ht || d->n_fused >= 3 * d->w_layers) break;
+        if (tsl_buffer_place(d->bias_buf, t, off, err) != TSL_SUCCESS) return false;
+        t->flags |= TSL_FLAG_PERSISTENT;
+        ht->data = row;
+        tsl_tensor_format_name(t, "blk.%d.attn_qkv.bias", il);
+        tsl_tensor_format_name(ht, "blk.%d.attn_qkv.bias", il);
+        d->fused[d->n_fused++] = (devw_fused){.dev = t, .host = ht};
+        L->bqkv = t;
+        off += devw_round((size_t)(nq + nk + nv) * sizeof(float), align);
+    }
+    if (tsl_ctx_error(d->ctx))
+        return error_set(err, TSL_FAILED, tsl_backend_name(d->be), tsl_backend_device(d->be), -1, NULL, NULL,
+                         "model weights: %s", tsl_ctx_error(d->ctx)) == TSL_SUCCESS;
+    /* the rows to the device, then the host copy as the buffer's source */
+    tsl_tensor *blob = tsl_new_tensor_1d(d->ctx, TSL_TYPE_I8, (int64_t)total);
+    if (!blob || tsl_buffer_place(d->bias_buf, blob, 0, err) != TSL_SUCCESS ||
+        tsl_tensor_set(blob, d->bias_host, 0, total, err) != TSL_SUCCESS)
+        return false;
+    tsl_buffer_set_host_source(d->bias_buf, d->bias_host, total);
+    d->bytes += total;
+    return true;
 }
 
 /* Split the tensors (sorted by file offset) into runs that each fit one
@@ -281,7 +355,7 @@ static llm_devw *devw_new(tsl_model *m, int device, tsl_error *err) {
                                           .no_alloc = true});
     d->w.layers = calloc((size_t)m->hp.n_layer, sizeof *d->w.layers);
     d->w_layers = m->hp.n_layer;
-    d->fused = calloc((size_t)(2 * m->hp.n_layer), sizeof *d->fused);
+    d->fused = calloc((size_t)(3 * m->hp.n_layer), sizeof *d->fused);
     if (!d->t || !by_index || !d->ctx || !d->w.layers || !d->fused) {
         free(by_index);
         error_set(err, TSL_ALLOC_FAILED, bname, bdev, -1, NULL, NULL, "model weights: out of memory");
@@ -372,6 +446,7 @@ static llm_devw *devw_new(tsl_model *m, int device, tsl_error *err) {
         L->wqkv = devw_fuse(d, L->wq, L->wk, L->wv, "blk.%d.attn_qkv.weight", il);
         L->ffn_gate_up = devw_fuse(d, L->ffn_gate, L->ffn_up, NULL, "blk.%d.ffn_gate_up.weight", il);
     }
+    if (!devw_bias(m, d, align, err)) goto fail;
 
     /* upload */
     devw_bar bar = {.on = m->progress && isatty(2) && d->bytes >= DEVW_PROGRESS_MIN_BYTES,
@@ -493,6 +568,7 @@ tsl_tensor *llm_devw_host_twin(const tsl_model *m, const llm_devw *d, const tsl_
 
 bool llm_devw_holds(const llm_devw *d, const tsl_tensor *t) {
     if (!d || !t || !t->buffer) return false;
+    if (d->bias_buf && t->buffer == d->bias_buf) return true;
     for (int k = 0; k < d->n_seg; k++)
         if (t->buffer == d->seg[k].buf) return true;
     return false;

@@ -449,6 +449,92 @@ static void test_attention_one(void) {
     unlink(path);
 }
 
+/* Decode tokens STEPS on ctx c (after the prompt), keeping their logits in
+ * l (STEPS x nv) and the dispatches they took in *disp; false on a failed
+ * decode. */
+static bool decode_steps(tsl_backend *vk, tsl_llm_ctx *c, int steps, int nv, float *l, uint64_t *disp) {
+    tsl_error err;
+    tsl_vulkan_stats s0, s1;
+    bool ok = c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS;
+    CHECKF(ok, "prompt: %s", err.message);
+    CHECK(tsl_backend_vulkan_stats(vk, &s0) == TSL_SUCCESS);
+    for (int i = 0; ok && i < steps; i++) {
+        ok = tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS && tsl_llm_logits(c, -1);
+        CHECKF(ok, "token %d: %s", i, err.message);
+        if (ok) memcpy(l + (size_t)i * nv, tsl_llm_logits(c, -1), (size_t)nv * sizeof(float));
+    }
+    CHECK(tsl_backend_vulkan_stats(vk, &s1) == TSL_SUCCESS);
+    *disp = s1.dispatches - s0.dispatches;
+    return ok;
+}
+
+/* qwen2's q, k and v biases: on a device whose copy holds the three
+ * matrices as one, the biases are one row too, added to the product in its
+ * own kernel: a qwen2 token takes as many dispatches as a llama token of
+ * the same shape (no bias adds), gives the CPU's logits, and after a device
+ * loss (injected) and a recovery, which restores the biases' buffer from
+ * its host copy, the logits of the run without the loss. */
+static void test_qkv_bias(void) {
+    enum { STEPS = 4 };
+    const char *path[2] = {tpath("qbias_qwen2.gguf"), tpath("qbias_llama.gguf")};
+    const tsl_llm_arch arch[2] = {TSL_ARCH_QWEN2, TSL_ARCH_LLAMA};
+    tsl_model *m[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        CHECK(write_shape(path[k], (synth_shape){"qbias", arch[k], 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false},
+                          TSL_TYPE_Q8_0, 9, 0));
+        m[k] = load(path[k]);
+    }
+    tsl_error err;
+    tsl_backend *vk = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
+    const int nv = m[0] ? tsl_model_get_info(m[0])->n_vocab : 0;
+    float *l[2] = {malloc((size_t)STEPS * 512 * sizeof(float)), malloc((size_t)STEPS * 512 * sizeof(float))};
+    uint64_t disp[2] = {0, 0};
+    bool ok = m[0] && m[1] && vk && cpu && l[0] && l[1] && nv == 512;
+    CHECK(ok);
+    for (int k = 0; ok && k < 2; k++) {
+        tsl_llm_ctx *c = new_ctx(m[k], vk, 64, 16, false);
+        ok = decode_steps(vk, c, STEPS, nv, l[k], &disp[k]);
+        tsl_llm_ctx_free(c);
+    }
+    if (ok) {
+        tsl_vulkan_device_info vi;
+        const bool qdot = tsl_backend_vulkan_info(vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot;
+        /* without integer dot products the add is a dispatch of its own */
+        const uint64_t extra = qdot ? 0 : (uint64_t)STEPS * (uint64_t)tsl_model_get_info(m[0])->n_layer;
+        CHECKF(disp[0] == disp[1] + extra, "qwen2 %llu dispatches for %d tokens, llama %llu (+%llu expected)",
+               (unsigned long long)disp[0], STEPS, (unsigned long long)disp[1], (unsigned long long)extra);
+        tsl_llm_ctx *cc = new_ctx(m[0], cpu, 64, 16, false);
+        CHECK(cc && tsl_llm_decode(cc, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+        for (int i = 0; cc && i < STEPS; i++) {
+            CHECK(tsl_llm_decode(cc, PROMPT + i, 1, &err) == TSL_SUCCESS);
+            const double d = rel_diff(l[0] + (size_t)i * nv, tsl_llm_logits(cc, -1), nv);
+            CHECKF(d <= 5e-2, "token %d against the CPU's: %.3g", i, d);
+        }
+        tsl_llm_ctx_free(cc);
+        tsl_llm_ctx *c = new_ctx(m[0], vk, 64, 16, false);
+        CHECK(c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+        CHECK(c && tsl_llm_decode(c, PROMPT, 1, &err) == TSL_SUCCESS);
+        CHECK(tsl_backend_inject(vk, "lost@times=1", &err) == TSL_SUCCESS);
+        CHECK(c && tsl_llm_decode(c, PROMPT + 1, 1, &err) == TSL_DEVICE_LOST);
+        CHECK(tsl_backend_recover(vk, &err) == TSL_SUCCESS);
+        tsl_backend_inject_clear(vk);
+        for (int i = 1; c && i < STEPS; i++) {
+            CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
+            const double d = rel_diff(tsl_llm_logits(c, -1), l[0] + (size_t)i * nv, nv);
+            CHECKF(d <= 1e-5, "token %d after the recovery: %.3g", i, d);
+        }
+        tsl_llm_ctx_free(c);
+    }
+    free(l[0]);
+    free(l[1]);
+    for (int k = 0; k < 2; k++) {
+        tsl_model_free(m[k]);
+        unlink(path[k]);
+    }
+    tsl_backend_free(vk);
+    tsl_backend_free(cpu);
+}
+
 /* A weight op whose kernel fails: the CPU takes the op and reads that
  * weight from the mapping, not from the device (which would copy it back
  * to the host on every compute). */
@@ -702,6 +788,7 @@ int main(void) {
         RUN(test_recovery_packed);
         RUN(test_kernel_fallback);
         RUN(test_attention_one);
+        RUN(test_qkv_bias);
         RUN(test_weight_op_fallback);
         RUN(test_steady_decode);
         rc = test_summary();
