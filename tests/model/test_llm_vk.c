@@ -373,6 +373,45 @@ out:
  * Heads of 32 (whole Q8_0 blocks); the graph's memory puts the attention's
  * output over q, head over head. And a device lost mid-decode: recovered,
  * the same logits after it. */
+/* The CPU's logits for tokens 0 .. steps - 1 after the prompt are within
+ * Q8_0's bound (5e-2 relative) of l (steps x nv). */
+static void cpu_agrees(tsl_model *m, tsl_backend *cpu, int steps, const float *l, int nv) {
+    tsl_error err;
+    tsl_llm_ctx *cc = new_ctx(m, cpu, 64, 16, false);
+    CHECK(cc && tsl_llm_decode(cc, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+    for (int i = 0; cc && i < steps; i++) {
+        CHECK(tsl_llm_decode(cc, PROMPT + i, 1, &err) == TSL_SUCCESS);
+        const double d = rel_diff(l + (size_t)i * nv, tsl_llm_logits(cc, -1), nv);
+        CHECKF(d <= 5e-2, "token %d against the CPU's: %.3g", i, d);
+    }
+    tsl_llm_ctx_free(cc);
+}
+
+/* A decode on vk after the prompt, token by token to `steps`, whose
+ * logits l (steps x nv) a run without faults gave: the first `at` tokens
+ * give them exactly; token `at` loses the device (injected); after
+ * tsl_backend_recover the rest give them within 1e-5 (the recovery made a
+ * new device, its kernels' scratch and counters, and restored the weights). */
+static void lost_mid_decode(tsl_model *m, tsl_backend *vk, int at, int steps, const float *l, int nv) {
+    tsl_error err;
+    tsl_llm_ctx *c = new_ctx(m, vk, 64, 16, false);
+    CHECK(c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+    for (int i = 0; c && i < at; i++) {
+        CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
+        CHECK(rel_diff(tsl_llm_logits(c, -1), l + (size_t)i * nv, nv) == 0);
+    }
+    CHECK(tsl_backend_inject(vk, "lost@times=1", &err) == TSL_SUCCESS);
+    CHECK(c && tsl_llm_decode(c, PROMPT + at, 1, &err) == TSL_DEVICE_LOST);
+    CHECK(tsl_backend_recover(vk, &err) == TSL_SUCCESS);
+    tsl_backend_inject_clear(vk);
+    for (int i = at; c && i < steps; i++) {
+        CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
+        const double d = rel_diff(tsl_llm_logits(c, -1), l + (size_t)i * nv, nv);
+        CHECKF(d <= 1e-5, "token %d after the recovery: %.3g", i, d);
+    }
+    tsl_llm_ctx_free(c);
+}
+
 static void test_attention_one(void) {
     const char *path = tpath("attn1.gguf");
     CHECK(write_shape(path, (synth_shape){"attn1", TSL_ARCH_LLAMA, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false},
@@ -413,33 +452,11 @@ static void test_attention_one(void) {
         CHECKF(disp[1] - disp[0] == want, "%llu and %llu dispatches for %d tokens, want %llu fewer",
                (unsigned long long)disp[0], (unsigned long long)disp[1], STEPS, (unsigned long long)want);
         /* and the CPU's logits, token by token */
-        tsl_llm_ctx *cc = new_ctx(m, cpu, 64, 16, false);
-        CHECK(cc && tsl_llm_decode(cc, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
-        for (int i = 0; cc && i < STEPS; i++) {
-            CHECK(tsl_llm_decode(cc, PROMPT + i, 1, &err) == TSL_SUCCESS);
-            const double d = rel_diff(l[0] + (size_t)i * nv, tsl_llm_logits(cc, -1), nv);
-            CHECKF(d <= 5e-2, "token %d against the CPU's: %.3g", i, d);
-        }
-        tsl_llm_ctx_free(cc);
+        cpu_agrees(m, cpu, STEPS, l[0], nv);
         /* the device lost in the middle (injected) while attn_dec1 runs:
          * after recovery (a new device, a new scratch and its counters)
          * the next tokens give the logits of the run without the loss */
-        tsl_llm_ctx *c = new_ctx(m, vk, 64, 16, false);
-        CHECK(c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
-        for (int i = 0; c && i < 3; i++) {
-            CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
-            CHECK(rel_diff(tsl_llm_logits(c, -1), l[0] + (size_t)i * nv, nv) == 0);
-        }
-        CHECK(tsl_backend_inject(vk, "lost@times=1", &err) == TSL_SUCCESS);
-        CHECK(c && tsl_llm_decode(c, PROMPT + 3, 1, &err) == TSL_DEVICE_LOST);
-        CHECK(tsl_backend_recover(vk, &err) == TSL_SUCCESS);
-        tsl_backend_inject_clear(vk);
-        for (int i = 3; c && i < STEPS; i++) {
-            CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
-            const double d = rel_diff(tsl_llm_logits(c, -1), l[0] + (size_t)i * nv, nv);
-            CHECKF(d <= 1e-5, "token %d after the recovery: %.3g", i, d);
-        }
-        tsl_llm_ctx_free(c);
+        lost_mid_decode(m, vk, 3, STEPS, l[0], nv);
     }
     free(l[0]);
     free(l[1]);
@@ -484,7 +501,6 @@ static void test_qkv_bias(void) {
                           TSL_TYPE_Q8_0, 9, 0));
         m[k] = load(path[k]);
     }
-    tsl_error err;
     tsl_backend *vk = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
     const int nv = m[0] ? tsl_model_get_info(m[0])->n_vocab : 0;
     float *l[2] = {malloc((size_t)STEPS * 512 * sizeof(float)), malloc((size_t)STEPS * 512 * sizeof(float))};
@@ -503,27 +519,8 @@ static void test_qkv_bias(void) {
         const uint64_t extra = qdot ? 0 : (uint64_t)STEPS * (uint64_t)tsl_model_get_info(m[0])->n_layer;
         CHECKF(disp[0] == disp[1] + extra, "qwen2 %llu dispatches for %d tokens, llama %llu (+%llu expected)",
                (unsigned long long)disp[0], STEPS, (unsigned long long)disp[1], (unsigned long long)extra);
-        tsl_llm_ctx *cc = new_ctx(m[0], cpu, 64, 16, false);
-        CHECK(cc && tsl_llm_decode(cc, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
-        for (int i = 0; cc && i < STEPS; i++) {
-            CHECK(tsl_llm_decode(cc, PROMPT + i, 1, &err) == TSL_SUCCESS);
-            const double d = rel_diff(l[0] + (size_t)i * nv, tsl_llm_logits(cc, -1), nv);
-            CHECKF(d <= 5e-2, "token %d against the CPU's: %.3g", i, d);
-        }
-        tsl_llm_ctx_free(cc);
-        tsl_llm_ctx *c = new_ctx(m[0], vk, 64, 16, false);
-        CHECK(c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
-        CHECK(c && tsl_llm_decode(c, PROMPT, 1, &err) == TSL_SUCCESS);
-        CHECK(tsl_backend_inject(vk, "lost@times=1", &err) == TSL_SUCCESS);
-        CHECK(c && tsl_llm_decode(c, PROMPT + 1, 1, &err) == TSL_DEVICE_LOST);
-        CHECK(tsl_backend_recover(vk, &err) == TSL_SUCCESS);
-        tsl_backend_inject_clear(vk);
-        for (int i = 1; c && i < STEPS; i++) {
-            CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
-            const double d = rel_diff(tsl_llm_logits(c, -1), l[0] + (size_t)i * nv, nv);
-            CHECKF(d <= 1e-5, "token %d after the recovery: %.3g", i, d);
-        }
-        tsl_llm_ctx_free(c);
+        cpu_agrees(m[0], cpu, STEPS, l[0], nv);
+        lost_mid_decode(m[0], vk, 1, STEPS, l[0], nv);
     }
     free(l[0]);
     free(l[1]);
