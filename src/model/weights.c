@@ -226,6 +226,22 @@ static tsl_tensor *devw_fuse(llm_devw *d, tsl_tensor *a, tsl_tensor *b, tsl_tens
     return tsl_tensor_format_name(f, fmt, il);
 }
 
+/* Layer il's q, k and v biases as one row on the device (devw_bias): its
+ * bytes there (a multiple of align), 0 where it takes none. */
+static size_t devw_bias_size(const tsl_model *m, const llm_devw *d, int il, size_t align) {
+    const llm_layer *h = &m->w.layers[il];
+    const tsl_tensor *b[3] = {h->bq, h->bk, h->bv};
+    if (!d->w.layers[il].wqkv) return 0;
+    int64_t n = 0;
+    for (int j = 0; j < 3; j++) {
+        if (!b[j] || b[j]->type != TSL_TYPE_F32 || !tsl_is_contiguous(b[j]) || tsl_nelements(b[j]) != b[j]->ne[0] ||
+            !b[j]->data)
+            return 0;
+        n += b[j]->ne[0];
+    }
+    return devw_round((size_t)n * sizeof(float), align);
+}
+
 /* Where a layer's Q, K and V matrices are one (wqkv) and it has the three
  * biases (qwen2), the biases one row as well (bqkv): a single-token graph
  * then adds them to the product at once, which the Vulkan backend folds
@@ -237,33 +253,28 @@ static tsl_tensor *devw_fuse(llm_devw *d, tsl_tensor *a, tsl_tensor *b, tsl_tens
  * err set when memory runs out. */
 static bool devw_bias(tsl_model *m, llm_devw *d, size_t align, tsl_error *err) {
     size_t total = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const llm_layer *L = &d->w.layers[il], *h = &m->w.layers[il];
-        if (!L->wqkv || !h->bq || !h->bk || !h->bv) continue;
-        const tsl_tensor *b[3] = {h->bq, h->bk, h->bv};
-        bool ok = true;
-        for (int j = 0; j < 3; j++)
-            ok = ok && b[j]->type == TSL_TYPE_F32 && tsl_is_contiguous(b[j]) && tsl_nelements(b[j]) == b[j]->ne[0] &&
-                 b[j]->data;
-        if (ok) total += devw_round((size_t)(h->bq->ne[0] + h->bk->ne[0] + h->bv->ne[0]) * sizeof(float), align);
-    }
+    for (int il = 0; il < m->hp.n_layer; il++) total += devw_bias_size(m, d, il, align);
     if (!total) return true;
+    const char *bname = tsl_backend_name(d->be);
     tsl_error e;
+    error_set(&e, TSL_ALLOC_FAILED, bname, tsl_backend_device(d->be), -1, NULL, NULL, "out of host memory");
     d->bias_host = calloc(1, total);
     d->bias_buf = d->bias_host ? tsl_buffer_alloc(d->be, total, &e) : NULL;
     if (!d->bias_buf) {
-        error_set(err, TSL_ALLOC_FAILED, tsl_backend_name(d->be), tsl_backend_device(d->be), -1, NULL, NULL,
-                  "model '%.64s': no memory for its q/k/v biases (%zu bytes)%s%.120s", devw_file_name(m), total,
-                  d->bias_host ? ": " : "", d->bias_host ? e.message : "");
+        if (err) {
+            *err = e;
+            snprintf(err->message, sizeof err->message,
+                     "model '%.64s': could not allocate %zu bytes of %s memory for its q/k/v biases (%.96s)",
+                     devw_file_name(m), total, bname, e.message);
+        }
         return false;
     }
     size_t off = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
+        const size_t size = devw_bias_size(m, d, il, align);
+        if (!size) continue;
         llm_layer *L = &d->w.layers[il];
         const llm_layer *h = &m->w.layers[il];
-        if (!L->wqkv || !h->bq || !h->bk || !h->bv || !h->bq->data || !h->bk->data || !h->bv->data ||
-            h->bq->type != TSL_TYPE_F32 || h->bk->type != TSL_TYPE_F32 || h->bv->type != TSL_TYPE_F32)
-            continue;
         const int64_t nq = h->bq->ne[0], nk = h->bk->ne[0], nv = h->bv->ne[0];
         float *row = (float *)((char *)d->bias_host + off);
         memcpy(row, h->bq->data, (size_t)nq * sizeof(float));
@@ -279,14 +290,16 @@ static bool devw_bias(tsl_model *m, llm_devw *d, size_t align, tsl_error *err) {
         tsl_tensor_format_name(ht, "blk.%d.attn_qkv.bias", il);
         d->fused[d->n_fused++] = (devw_fused){.dev = t, .host = ht};
         L->bqkv = t;
-        off += devw_round((size_t)(nq + nk + nv) * sizeof(float), align);
+        off += size;
     }
-    if (tsl_ctx_error(d->ctx))
-        return error_set(err, TSL_FAILED, tsl_backend_name(d->be), tsl_backend_device(d->be), -1, NULL, NULL,
-                         "model weights: %s", tsl_ctx_error(d->ctx)) == TSL_SUCCESS;
     /* the rows to the device, then the host copy as the buffer's source */
     tsl_tensor *blob = tsl_new_tensor_1d(d->ctx, TSL_TYPE_I8, (int64_t)total);
-    if (!blob || tsl_buffer_place(d->bias_buf, blob, 0, err) != TSL_SUCCESS ||
+    if (tsl_ctx_error(d->ctx) || !blob) {
+        error_set(err, TSL_FAILED, bname, tsl_backend_device(d->be), -1, NULL, NULL, "model weights: %s",
+                  tsl_ctx_error(d->ctx) ? tsl_ctx_error(d->ctx) : "out of metadata memory");
+        return false;
+    }
+    if (tsl_buffer_place(d->bias_buf, blob, 0, err) != TSL_SUCCESS ||
         tsl_tensor_set(blob, d->bias_host, 0, total, err) != TSL_SUCCESS)
         return false;
     tsl_buffer_set_host_source(d->bias_buf, d->bias_host, total);

@@ -761,6 +761,49 @@ static void in_child(void (*fn)(void), const char *name) {
 
 static void test_gpu_rss_child(void) { in_child(test_gpu_rss, "test_gpu_rss"); }
 
+/* The buffer of qwen2's bias rows cannot be had (an allocation fault of its
+ * exact size, TSL_FAULT, read by the model's own device backend when the
+ * first context makes it): the context is refused with ALLOC_FAILED naming
+ * the biases and their size; nothing is left half made, and with the fault
+ * gone the next context decodes. In a child: the fault is set in the
+ * environment before any Vulkan object exists. */
+static void test_bias_alloc_fault(void) {
+    if (tsl_vulkan_device_count() == 0) return; /* main says whether that is a failure */
+    const char *path = tpath("qbias_fault.gguf");
+    CHECK(write_shape(path, (synth_shape){"qbias", TSL_ARCH_QWEN2, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false},
+                      TSL_TYPE_Q8_0, 9, 0));
+    tsl_model *m = load(path);
+    tsl_backend *vk = vk_new();
+    CHECK(m && vk);
+    /* two layers, each 128 + 64 + 64 floats: 1024 bytes, a multiple of the
+     * buffer alignment */
+    setenv("TSL_FAULT", "alloc@bytes=2048", 1);
+    tsl_llm_params p = tsl_llm_default_params();
+    p.backend = vk;
+    p.n_ctx = 64;
+    p.n_batch = 16;
+    tsl_error err;
+    tsl_llm_ctx *c = m && vk ? tsl_llm_ctx_new(m, &p, &err) : NULL;
+    tsl_status st = TSL_SUCCESS;
+    if (c) st = tsl_llm_decode(c, PROMPT, N_PROMPT, &err);
+    CHECKF(!c || st != TSL_SUCCESS, "the fault did not fire");
+    if (!c || st != TSL_SUCCESS) {
+        CHECKF(err.status == TSL_ALLOC_FAILED, "status %s: %s", tsl_status_str(err.status), err.message);
+        CHECK_STR_CONTAINS(err.message, "q/k/v biases");
+        CHECK_STR_CONTAINS(err.message, "2048 bytes");
+    }
+    tsl_llm_ctx_free(c);
+    unsetenv("TSL_FAULT");
+    c = m && vk ? new_ctx(m, vk, 64, 16, false) : NULL;
+    CHECK(c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS && tsl_llm_logits(c, -1));
+    tsl_llm_ctx_free(c);
+    tsl_model_free(m);
+    tsl_backend_free(vk);
+    unlink(path);
+}
+
+static void test_bias_alloc_fault_child(void) { in_child(test_bias_alloc_fault, "test_bias_alloc_fault"); }
+
 int main(void) {
     snprintf(test_dir, sizeof test_dir, "/tmp/tsl_test_llm_vk_XXXXXX");
     if (!mkdtemp(test_dir)) {
@@ -769,6 +812,7 @@ int main(void) {
     }
     /* the child asks for the device itself: nothing of Vulkan crosses the fork */
     RUN(test_gpu_rss_child);
+    RUN(test_bias_alloc_fault_child);
     int rc;
     if (tsl_vulkan_device_count() == 0) {
         const char *req = getenv("TSL_REQUIRE_VULKAN");
