@@ -511,8 +511,13 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
 /* attn_dec1 (one dispatch) keeps in the same scratch a counter per (head,
  * column) (16 KiB from this word) and the output quantized to Q8_0 (48 KiB
  * from this one); its partials take the bytes below */
-#define VK_ASCR_CNT_WORD ((uint32_t)((VK_ASCR_SIZE - (64u << 10)) / 4))
+#define VK_ASCR_CNT_BYTES ((VkDeviceSize)16u << 10)
+#define VK_ASCR_CNT_WORD ((uint32_t)((VK_ASCR_SIZE - (48u << 10) - VK_ASCR_CNT_BYTES) / 4))
 #define VK_ASCR_Q8_WORD ((uint32_t)((VK_ASCR_SIZE - (48u << 10)) / 4))
+/* Is kernel attn_dec1 (decode attention in one dispatch)? */
+static inline bool vk_is_attn1(int kernel) {
+    return kernel == VK_K_ATTN_DEC1_F16 || kernel == VK_K_ATTN_DEC1_F16_MASK_F32 || kernel == VK_K_ATTN_DEC1_F16_MASK_F16;
+}
 void vk_attn_split(int64_t heads_cols, int64_t n_kv, uint32_t *nsplit, uint32_t *klen);
 bool vk_mm_needs_quant(int kernel);
 uint64_t vk_mm_qscr_bytes(const tsl_tensor *n);

@@ -1126,10 +1126,6 @@ static VkResult vk_play_tape(vk_backend *be, vk_slot *sl) {
     return VK_SUCCESS;
 }
 
-static bool vk_is_attn1(int kernel) {
-    return kernel == VK_K_ATTN_DEC1_F16 || kernel == VK_K_ATTN_DEC1_F16_MASK_F32 || kernel == VK_K_ATTN_DEC1_F16_MASK_F16;
-}
-
 static bool vk_is_attn(int kernel) {
     return kernel == VK_K_ATTN_DEC_F16 || kernel == VK_K_ATTN_DEC_F16_MASK_F32 || kernel == VK_K_ATTN_DEC_F16_MASK_F16;
 }
@@ -1306,7 +1302,7 @@ static void vk_encode_slot(vk_backend *be, int s) {
          * transfers) */
         if (sl->zero_cnt && be->ascr)
             vkCmdFillBuffer(sl->cb, be->ascr->blk->buf, be->ascr->off + (VkDeviceSize)VK_ASCR_CNT_WORD * 4u,
-                            (VkDeviceSize)16u << 10, 0);
+                            VK_ASCR_CNT_BYTES, 0);
         /* after everything before it on the queue: earlier command buffers
          * of this graph, uploads, earlier graphs */
         vk_barrier(sl->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
@@ -1463,17 +1459,17 @@ static bool vk_level_of(const vk_slot *sl, int node, int *first, int *last) {
     return found;
 }
 
-/* What the progress word (common.glsl) says of slot s: the level of the
- * last node any kernel of the compute started, where that node is one of
- * the slot's ("nodes a..b were running", into what); -1 where it is not (a
- * kernel of an earlier command buffer, or none: a kernel that does not
- * raise the word, e.g. a test's). Returns the level's first node. */
 /* The last node any kernel of the backend's latest compute started (the
  * progress word, written by the device into mapped memory), -1 for none. */
 static int vk_progress_node(const vk_backend *be) {
     return (int)((volatile const uint32_t *)be->swords)[VK_SW_PROGRESS] - 1;
 }
 
+/* What the progress word (common.glsl) says of slot s: the level of the
+ * last node any kernel of the compute started, where that node is one of
+ * the slot's ("nodes a..b were running", into what); -1 where it is not (a
+ * kernel of an earlier command buffer, or none: a kernel that does not
+ * raise the word, e.g. a test's). Returns the level's first node. */
 static int vk_progress_level(const vk_backend *be, const vk_slot *sl, char *what, size_t cap) {
     const int p = vk_progress_node(be);
     int first = -1, last = -1;

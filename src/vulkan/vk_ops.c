@@ -519,8 +519,7 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = mt ? x->b[2].eoff : 0u;
         *p++ = mt ? vk_u32((int64_t)(mt->nb[0] / es[2])) : 0u;
         *p++ = mt ? vk_u32((int64_t)(mt->nb[1] / es[2])) : 0u;
-        const bool one = x->kernel == VK_K_ATTN_DEC1_F16 || x->kernel == VK_K_ATTN_DEC1_F16_MASK_F32 ||
-                         x->kernel == VK_K_ATTN_DEC1_F16_MASK_F16;
+        const bool one = vk_is_attn1(x->kernel);
         *p++ = one ? x->bx.eoff : x->b[3].eoff; /* the partials */
         *p++ = f2u(op_get_f32(sm, 0));
         if (one) {
