@@ -96,6 +96,9 @@
     X(ROPE_F32, "rope_f32", 4, 4, 4, 4)                       \
     X(ROPE_F32_FP32, "rope_f32_fp32", 4, 4, 4, 4)             \
     X(ROPE_SET_ROWS_F16, "rope_set_rows_f16", 4, 4, 4, 2)     \
+    X(ROPE_NORM_F32, "rope_norm_f32", 4, 4, 4, 4)             \
+    X(ROPE_NORM_F32_FP32, "rope_norm_f32_fp32", 4, 4, 4, 4)   \
+    X(ROPE_NORM_SET_ROWS_F16, "rope_norm_set_rows_f16", 4, 4, 4, 2) \
     X(OUT_PROD_F32, "out_prod_f32_f32", 4, 4, 0, 4)           \
     X(OUT_PROD_F16, "out_prod_f16_f32", 2, 4, 0, 4)           \
     X(OUT_PROD_BF16, "out_prod_bf16_f32", 2, 4, 0, 4)         \
@@ -474,6 +477,13 @@ typedef struct vk_exec {
      * other operand (the residual) is rb and whose output is b[3] */
     const tsl_tensor *fused;
     vk_bind rb;
+    /* a rope (or rope_set_rows) that absorbed rms_norm_mul: the RMS_NORM
+     * node (its eps and source); x bound at 0, w at 2 */
+    const tsl_tensor *norm;
+    /* attn_dec1 whose F32 output is left unwritten: its one reader, the
+     * exec right after it, takes the quantized column (vk_fuse; vk_plan
+     * keeps the two in one command buffer) */
+    bool noout;
     /* rms_norm_mul whose one row integer-dot mat-vecs read next: it also
      * writes the row quantized into the scratch, bound at b[2] (written) */
     bool qout;

@@ -668,8 +668,9 @@ static bool vk_fuse_qout(vk_backend *be, vk_exec *m, int from, int n, int64_t ma
 /* Does fused attention m (two passes, its output quantized) fit attn_dec1:
  * one column, its partials below the scratch's counters, a counter per
  * head, its quantized output within its part of the scratch, hdv whole
- * Q8_0 blocks, and the output apart from q or exactly over it? */
-static bool vk_attn1_fits(const vk_exec *m) {
+ * Q8_0 blocks, and the output apart from q or exactly over it (or, noout,
+ * not written at all)? */
+static bool vk_attn1_fits(const vk_exec *m, bool noout) {
     const tsl_tensor *kq = m->fused, *kt = kq->src[0], *qt = kq->src[1], *o = m->node;
     const int64_t H = qt->ne[2], N = qt->ne[1], hdv = o->ne[0];
     if (N != 1 || hdv % 32 != 0 || H > 4096 || H * hdv > (int64_t)(40u << 10)) return false;
@@ -677,12 +678,33 @@ static bool vk_attn1_fits(const vk_exec *m) {
     vk_attn_split(H * N, kt->ne[1], &nsplit, &klen);
     if ((uint64_t)H * nsplit * (uint64_t)(hdv + 2) * 4 > (uint64_t)VK_ASCR_CNT_WORD * 4) return false;
     const vk_bind *q = &m->b[1], *out = &m->b[VK_BIND_DST];
-    if (!(q->blk == out->blk && q->lo < out->hi && out->lo < q->hi)) return true;
+    if (noout || !(q->blk == out->blk && q->lo < out->hi && out->lo < q->hi)) return true;
     /* over q (the graph's memory planner may put it there: q is dead once
      * the scores exist), then exactly, head over head: a head's output is
      * written by its last range, after every range of that head read q */
     return q->off + (VkDeviceSize)q->eoff * 4 == out->off + (VkDeviceSize)out->eoff * 4 && qt->ne[0] == hdv &&
            qt->nb[0] == 4 && o->nb[0] == 4 && qt->nb[2] == o->nb[2];
+}
+
+/* Is o read by node `reader` alone (itself or through views of it), with
+ * neither o nor any view of it a graph output? Then a kernel that hands
+ * reader its values another way may leave o unwritten. */
+static bool vk_only_reader(const tsl_graph *g, const tsl_tensor *o, const tsl_tensor *reader) {
+    if (o->flags & TSL_FLAG_OUTPUT) return false;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const tsl_tensor *t = g->nodes[i];
+        if (!t || t == o) continue;
+        if (t->view_src == o) {
+            if (t->flags & TSL_FLAG_OUTPUT) return false;
+            if (tsl_op_is_view(t->op)) continue; /* a view of o: its readers are checked as o's */
+        }
+        if (t == reader) continue;
+        for (int j = 0; j < TSL_MAX_SRC; j++) {
+            const tsl_tensor *s = t->src[j];
+            if (s && (s == o || s->view_src == o)) return false;
+        }
+    }
+    return true;
 }
 
 /* Does v hold exactly t's elements, in t's order (t itself, or a view of
@@ -700,6 +722,55 @@ static bool vk_fuse_once(const tsl_tensor *const *keys, const int *uses, size_t 
     return false;
 }
 
+/* Rope exec r, about to be the w-th exec: absorb the exec before it (the
+ * q or k norm of qwen3, vk_norm_rope) where its output has this one reader
+ * and the kernel builds; then r takes its place. pipes/failed cache the
+ * three rope_norm kernels for the pass. */
+static int vk_norm_rope(const vk_exec *m, const vk_exec *r);
+static bool vk_fuse_once(const tsl_tensor *const *keys, const int *uses, size_t set, const tsl_tensor *t);
+static bool vk_fuse_norm_rope(vk_backend *be, const tsl_tensor *const *keys, const int *uses, size_t set, vk_exec *r,
+                              int w, VkPipeline pipes[3], bool failed[3]) {
+    if (w < 1) return false;
+    vk_exec *m = &be->exec[w - 1];
+    const int k = vk_norm_rope(m, r);
+    if (k < 0 || !vk_fuse_once(keys, uses, set, m->node)) return false;
+    const int slot = k - VK_K_ROPE_NORM_F32;
+    vk_device *d = be->dev;
+    if (!pipes[slot] && !failed[slot]) {
+        const vk_kernel *fk = NULL;
+        if (d->k[k].runnable) pipes[slot] = vk_kernel_get(d, k, &fk);
+        failed[slot] = !pipes[slot]; /* a kernel that fails to build leaves them apart */
+    }
+    if (!pipes[slot]) return false;
+    vk_exec f = *r;
+    f.kernel = k;
+    f.pipe = pipes[slot];
+    f.norm = m->fused;
+    f.b[0] = m->b[0]; /* the norm's source */
+    f.b[2] = m->b[1]; /* w */
+    f.cost_s += m->cost_s;
+    *m = f;
+    return true;
+}
+
+/* Can rope exec r (a rope, or rope_set_rows) absorb exec m, the one
+ * before it, when m is rms_norm_mul, m's output is r's rope input, and the
+ * rope has no frequency factors (w takes their binding)? Whether anything
+ * else reads m's output is asked apart. Returns the rope_norm kernel, or
+ * -1. */
+static int vk_norm_rope(const vk_exec *m, const vk_exec *r) {
+    if (m->kernel != VK_K_RMS_NORM_MUL_F32 || m->qout) return -1;
+    const int k = r->kernel == VK_K_ROPE_F32            ? VK_K_ROPE_NORM_F32
+                  : r->kernel == VK_K_ROPE_F32_FP32     ? VK_K_ROPE_NORM_F32_FP32
+                  : r->kernel == VK_K_ROPE_SET_ROWS_F16 ? VK_K_ROPE_NORM_SET_ROWS_F16
+                                                        : -1;
+    if (k < 0) return -1;
+    const tsl_tensor *rope = r->kernel == VK_K_ROPE_SET_ROWS_F16 ? r->fused : r->node;
+    const tsl_tensor *mul = m->node, *x = m->fused->src[0];
+    if (rope->op != TSL_OP_ROPE || rope->src[0] != mul || rope->src[2] || (mul->flags & TSL_FLAG_OUTPUT)) return -1;
+    return memcmp(x->ne, mul->ne, sizeof x->ne) == 0 ? k : -1;
+}
+
 /* Pairs of nodes into one dispatch (vk_fusable) where the first node's
  * output is read by the second alone and is no graph output (the scheduler
  * flags tensors other splits read as outputs): the first exec is dropped
@@ -708,6 +779,8 @@ static bool vk_fuse_once(const tsl_tensor *const *keys, const int *uses, size_t 
  * Off with TSL_VULKAN_FUSE=0. Returns the new number of execs. */
 static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     if (be->no_fuse || n < 2) return n;
+    VkPipeline rn_pipe[3] = {VK_NULL_HANDLE, VK_NULL_HANDLE, VK_NULL_HANDLE};
+    bool rn_failed[3] = {false, false, false};
     vk_device *d = be->dev;
     /* the candidates' first nodes, in a small open-addressed set with their
      * use counts */
@@ -719,9 +792,10 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
         const bool attn = k + 2 < n && vk_attn_fusable(d, &be->exec[k], &be->exec[k + 1], &be->exec[k + 2]) >= 0;
         const int kind = attn ? 0 : vk_fusable(&be->exec[k], &be->exec[k + 1]);
         if (!attn && !kind) continue;
-        for (int e = 0; e < (attn || kind == 3 ? 2 : 1); e++) {
+        for (int e = 0; e < (attn || kind == 3 || kind == 1 ? 2 : 1); e++) {
             /* attention: its first two nodes; rope_set_rows: the rope and
-             * its reshape */
+             * its reshape; rms_norm_mul: the norm and the MUL (a rope may
+             * absorb it: vk_fuse_norm_rope) */
             const tsl_tensor *t = kind == 3 && e == 1 ? be->exec[k + 1].node->src[0] : be->exec[k + e].node;
             size_t h = ((uintptr_t)t >> 4) % SET;
             while (keys[h] && keys[h] != t) h = (h + 1) % SET;
@@ -808,9 +882,12 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
                 if (!be->no_qfuse && be->qscr && be->qscr->gen == d->gen && o->ne[1] == 1 && o->ne[0] % 32 == 0 &&
                     tsl_is_contiguous(o) && d->k[VK_K_ATTN_COMBINE_Q_F32].runnable) {
                     bool read = false;
-                    for (int j = k + 3; j < n && j < k + 67 && !read; j++)
+                    int reader = -1;
+                    for (int j = k + 3; j < n && j < k + 67 && !read; j++) {
                         read = be->exec[j].pipe2 && vk_same_row(be->exec[j].node->src[1], o) &&
                                be->exec[j].node->src[1]->ne[0] == total;
+                        if (read) reader = j;
+                    }
                     VkPipeline qp = read ? vk_kernel_get(d, VK_K_ATTN_COMBINE_Q_F32, &fk) : VK_NULL_HANDLE;
                     if (qp) {
                         m.pipe2 = qp;
@@ -823,7 +900,13 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
                     const int a1 = ak == VK_K_ATTN_DEC_F16           ? VK_K_ATTN_DEC1_F16
                                    : ak == VK_K_ATTN_DEC_F16_MASK_F32 ? VK_K_ATTN_DEC1_F16_MASK_F32
                                                                       : VK_K_ATTN_DEC1_F16_MASK_F16;
-                    if (qp && !one_failed && !be->no_one && vk_attn1_fits(&m) && d->k[a1].runnable) {
+                    /* where the output is not over q that way but its one
+                     * reader is the mat-vec right after, the output is not
+                     * written at all (noout) */
+                    const bool fits = vk_attn1_fits(&m, false);
+                    const bool noout = !fits && reader == k + 3 && vk_attn1_fits(&m, true) &&
+                                       vk_only_reader(g, o, be->exec[reader].node);
+                    if (qp && !one_failed && !be->no_one && (fits || noout) && d->k[a1].runnable) {
                         VkPipeline p1 = vk_kernel_get(d, a1, &fk);
                         one_failed = !p1;
                         if (p1) {
@@ -831,6 +914,7 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
                             m.pipe = p1;
                             m.pipe2 = VK_NULL_HANDLE;
                             m.bx = vk_buf_bind(be->ascr);
+                            m.noout = noout;
                         }
                     }
                 }
@@ -858,8 +942,9 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             m.fused = x->node;
             for (int j = 0; j < 3; j++) m.b[j] = x->b[j];
             m.cost_s += x->cost_s;
-            be->exec[w++] = m;
             k++;
+            if (vk_fuse_norm_rope(be, keys, uses, SET, &m, w, rn_pipe, rn_failed)) continue;
+            be->exec[w++] = m;
             continue;
         }
         if (kind == 1 && !nm_pipe && d->k[VK_K_RMS_NORM_MUL_F32].runnable)
@@ -903,6 +988,9 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
                 }
             }
         }
+        if ((x->kernel == VK_K_ROPE_F32 || x->kernel == VK_K_ROPE_F32_FP32) &&
+            vk_fuse_norm_rope(be, keys, uses, SET, x, w, rn_pipe, rn_failed))
+            continue;
         if (w != k) be->exec[w] = *x;
         w++;
     }
@@ -1801,9 +1889,14 @@ static int vk_plan(vk_backend *be, int n, bool one) {
     int rest = n - main_n, per = (rest + ncb - 2) / (ncb - 1);
     be->slots[0].first = 0;
     be->slots[0].count = main_n;
+    /* an attention that leaves its output unwritten and its reader, which
+     * finds the quantized column in this command buffer's state, stay in
+     * one command buffer */
+    if (main_n < n && be->exec[main_n - 1].noout) main_n++;
     int used = 1, at = main_n;
     while (at < n) {
         int c = n - at < per ? n - at : per;
+        if (at + c < n && be->exec[at + c - 1].noout) c++;
         be->slots[used].first = at;
         be->slots[used].count = c;
         at += c;

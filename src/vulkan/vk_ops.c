@@ -529,6 +529,7 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
             *p++ = x->bx.eoff + VK_ASCR_Q8_WORD;
             *p++ = x->b[3].eoff;
             for (int i = 0; i < 3; i++) *p++ = vk_u32((int64_t)(n->nb[i] / 4));
+            *p++ = x->noout ? 1u : 0u;
         }
         vk_grid(d, (uint64_t)(H * N) * nsplit, grid);
         break;
@@ -553,11 +554,14 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     }
     case VK_K_ROPE_F32:
     case VK_K_ROPE_F32_FP32:
-    case VK_K_ROPE_SET_ROWS_F16: {
+    case VK_K_ROPE_SET_ROWS_F16:
+    case VK_K_ROPE_NORM_F32:
+    case VK_K_ROPE_NORM_F32_FP32:
+    case VK_K_ROPE_NORM_SET_ROWS_F16: {
         /* rope_set_rows: the exec is the SET_ROWS node, x->fused its rope
          * (vk_backend.c); the rope's source, positions and factors are bound
          * at 0-2, the cache at 3 */
-        const bool store = x->kernel == VK_K_ROPE_SET_ROWS_F16;
+        const bool store = x->kernel == VK_K_ROPE_SET_ROWS_F16 || x->kernel == VK_K_ROPE_NORM_SET_ROWS_F16;
         const tsl_tensor *cache = n;
         if (store) {
             n = x->fused;
@@ -579,6 +583,10 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         if (ext != 0) mscale *= 1.0 + 0.1 * log(1.0 / fscale);
         double theta = pow(base, -2.0 / n_dims);
         float hi = (float)theta, lo = (float)(theta - (double)hi);
+        /* rope_norm: the norm's source x in the rope input's place (its
+         * shape; strides its own) and w at binding 2 (no factors then) */
+        const tsl_tensor *w = x->norm ? n->src[0]->src[1] : NULL;
+        if (x->norm) a = x->norm->src[0];
         p = put_ne(p, a);
         p = vk_put_strides(p, a, 4, 0);
         if (store) {
@@ -597,10 +605,10 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = ff ? 1u : 0u;
         *p++ = x->b[0].eoff;
         *p++ = x->b[1].eoff;
-        *p++ = ff ? x->b[2].eoff : 0;
+        *p++ = ff || w ? x->b[2].eoff : 0;
         *p++ = x->b[3].eoff;
         *p++ = vk_u32((int64_t)(b->nb[0] / 4));
-        *p++ = ff ? vk_u32((int64_t)(ff->nb[0] / 4)) : 0;
+        *p++ = ff ? vk_u32((int64_t)(ff->nb[0] / 4)) : w ? vk_u32((int64_t)(w->nb[0] / 4)) : 0;
         *p++ = f2u((float)fscale);
         *p++ = f2u((float)ext);
         *p++ = f2u((float)mscale);
@@ -611,6 +619,12 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         if (store) {
             *p++ = vk_u32(cache->ne[1]);
             *p++ = (uint32_t)x->index;
+        }
+        if (x->norm) {
+            pc[30] = f2u(op_get_f32(x->norm, 0)); /* eps, the word before the progress word's */
+            p = pc + 31;
+            vk_grid(d, (uint64_t)tsl_nrows(a), grid); /* a workgroup per row */
+            break;
         }
         uint64_t per_row = (uint64_t)(n_dims / 2) + (uint64_t)(a->ne[0] - n_dims);
         vk_grid(d, (per_row * (uint64_t)tsl_nrows(a) + 255) / 256, grid);

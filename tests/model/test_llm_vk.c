@@ -532,6 +532,89 @@ static void test_qkv_bias(void) {
     tsl_backend_free(cpu);
 }
 
+/* qwen3's q and k norms: each runs inside its rope's dispatch (and k's
+ * with the store into the cache), and the attention in one dispatch even
+ * where the graph's memory plan puts its output over q but not head over
+ * head (the output is then left unwritten: its one reader takes the
+ * quantized column). So a qwen3 token takes as many dispatches as a llama
+ * token of the same shape, gives the CPU's logits, and after a device loss
+ * (injected) and a recovery the logits of the run without the loss; with
+ * attn_dec1 broken, the two passes, a dispatch more a layer, the same
+ * logits; in 2 to 9 command buffers, the same logits. The shape has q wider than the model (8 heads of 32 over 128),
+ * as Qwen3's own, which makes that memory plan. */
+static void test_qwen3_levels(void) {
+    enum { STEPS = 4 };
+    const char *path[2] = {tpath("levels_qwen3.gguf"), tpath("levels_llama.gguf")};
+    const tsl_llm_arch arch[2] = {TSL_ARCH_QWEN3, TSL_ARCH_LLAMA};
+    tsl_model *m[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        CHECK(write_shape(path[k], (synth_shape){"levels", arch[k], 512, 512, 128, 2, 256, 8, 4, 32, 1e6f, 1e-6f, false},
+                          TSL_TYPE_Q8_0, 13, 0));
+        m[k] = load(path[k]);
+    }
+    tsl_backend *vk = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
+    const int nv = m[0] ? tsl_model_get_info(m[0])->n_vocab : 0;
+    float *l[2] = {malloc((size_t)STEPS * 512 * sizeof(float)), malloc((size_t)STEPS * 512 * sizeof(float))};
+    uint64_t disp[2] = {0, 0};
+    bool ok = m[0] && m[1] && vk && cpu && l[0] && l[1] && nv == 512;
+    CHECK(ok);
+    for (int k = 0; ok && k < 2; k++) {
+        tsl_llm_ctx *c = new_ctx(m[k], vk, 64, 16, false);
+        ok = decode_steps(vk, c, STEPS, nv, l[k], &disp[k]);
+        tsl_llm_ctx_free(c);
+    }
+    if (ok) {
+        CHECKF(disp[0] == disp[1], "qwen3 %llu dispatches for %d tokens, llama %llu", (unsigned long long)disp[0], STEPS,
+               (unsigned long long)disp[1]);
+        /* the attention in one dispatch: with attn_dec1 broken (two passes)
+         * a dispatch more a layer, and the same logits bit for bit */
+        static const char *const one[] = {"attn_dec1_f16", "attn_dec1_f16_mask_f32", "attn_dec1_f16_mask_f16"};
+        tsl_error err;
+        for (int k = 0; k < 3; k++) CHECK(vk_test_set_kernel(vk, one[k], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+        tsl_llm_ctx *c = new_ctx(m[0], vk, 64, 16, false);
+        uint64_t two = 0;
+        if (decode_steps(vk, c, STEPS, nv, l[1], &two)) {
+            tsl_vulkan_device_info vi;
+            const bool qdot = tsl_backend_vulkan_info(vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot;
+            const uint64_t want = qdot ? (uint64_t)STEPS * (uint64_t)tsl_model_get_info(m[0])->n_layer : 0;
+            CHECKF(two - disp[0] == want, "%llu and %llu dispatches for %d tokens, want %llu fewer",
+                   (unsigned long long)disp[0], (unsigned long long)two, STEPS, (unsigned long long)want);
+            CHECKF(memcmp(l[0], l[1], (size_t)STEPS * nv * sizeof(float)) == 0, "one dispatch and two passes differ");
+        }
+        tsl_llm_ctx_free(c);
+        for (int k = 0; k < 3; k++) CHECK(vk_test_set_kernel(vk, one[k], NULL, 0, NULL, &err) == TSL_SUCCESS);
+        /* in 2 to 9 command buffers of a few kernels each (every token
+         * recorded afresh, so the splits fall everywhere): the attention
+         * that leaves its output unwritten stays in its reader's command
+         * buffer, the same logits */
+        for (int ncb = 2; ncb <= 9; ncb++) {
+            tsl_backend *vkn = vk_new();
+            CHECK(vkn && tsl_backend_vulkan_set_command_buffers(vkn, ncb, &err) == TSL_SUCCESS);
+            if (vkn) tsl_backend_vulkan_set_reuse(vkn, false);
+            c = vkn ? new_ctx(m[0], vkn, 64, 16, false) : NULL;
+            uint64_t dn = 0;
+            if (c && decode_steps(vkn, c, STEPS, nv, l[1], &dn)) {
+                tsl_vulkan_stats st;
+                CHECK(tsl_backend_vulkan_stats(vkn, &st) == TSL_SUCCESS && st.last_command_buffers > 1);
+                CHECKF(memcmp(l[0], l[1], (size_t)STEPS * nv * sizeof(float)) == 0,
+                       "one and %d command buffers differ", ncb);
+            }
+            tsl_llm_ctx_free(c);
+            tsl_backend_free(vkn);
+        }
+        cpu_agrees(m[0], cpu, STEPS, l[0], nv);
+        lost_mid_decode(m[0], vk, 2, STEPS, l[0], nv);
+    }
+    free(l[0]);
+    free(l[1]);
+    for (int k = 0; k < 2; k++) {
+        tsl_model_free(m[k]);
+        unlink(path[k]);
+    }
+    tsl_backend_free(vk);
+    tsl_backend_free(cpu);
+}
+
 /* A weight op whose kernel fails: the CPU takes the op and reads that
  * weight from the mapping, not from the device (which would copy it back
  * to the host on every compute). */
@@ -830,6 +913,7 @@ int main(void) {
         RUN(test_kernel_fallback);
         RUN(test_attention_one);
         RUN(test_qkv_bias);
+    RUN(test_qwen3_levels);
         RUN(test_weight_op_fallback);
         RUN(test_steady_decode);
         rc = test_summary();

@@ -845,6 +845,94 @@ static void test_rope_rows(void) {
     vkt_print(&st);
 }
 
+/* ---- fusion: a per-head norm into the rope ---------------------------------------- */
+
+typedef struct nr_arg {
+    int64_t hd, n_head, n_tok, pos0, n_ctx;
+    int rope_mode, n_dims;
+    int variant; /* 0: rope out (F32); 1: into an F16 cache (set_rows); 2: the normed rows a graph output too;
+                    3: the rope with frequency factors */
+} nr_arg;
+
+/* rope(mul(rms_norm(x), w), pos), x a view of the heads inside wider rows
+ * (as qwen3's q and k are views of one product): its q and k norms. */
+static void build_norm_rope(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    (void)ref;
+    const nr_arg *a = arg;
+    tsl_tensor *rows = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->hd * (a->n_head + 3), a->n_tok, 1, 1);
+    tsl_tensor *x = tsl_view_3d(ctx, rows, a->hd, a->n_head, a->n_tok, (size_t)a->hd * 4, rows->nb[1],
+                                (size_t)a->hd * 4 * 2);
+    tsl_tensor *w = vkt_input(ctx, c, IN_POSITIVE, TSL_TYPE_F32, 1, a->hd, 1, 1, 1);
+    tsl_tensor *pos = vkt_input(ctx, c, IN_SEQ, TSL_TYPE_I32, (float)a->pos0, a->n_tok, 1, 1, 1);
+    tsl_tensor *ff = a->variant == 3 ? vkt_input(ctx, c, IN_POSITIVE, TSL_TYPE_F32, 1, a->n_dims / 2, 1, 1, 1) : NULL;
+    tsl_tensor *nx = tsl_mul(ctx, tsl_rms_norm(ctx, x, 1e-6f), w);
+    if (a->variant == 2) nx->flags |= TSL_FLAG_OUTPUT;
+    tsl_rope_params rp = tsl_rope_default(a->n_dims);
+    rp.mode = a->rope_mode;
+    rp.freq_base = 1000000.0f;
+    tsl_tensor *r = tsl_rope(ctx, nx, pos, ff, &rp);
+    c->out = r;
+    if (a->variant == 1) {
+        tsl_tensor *cache = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F16, 1, a->hd * a->n_head, a->n_ctx, 1, 1);
+        c->out = tsl_set_rows(ctx, cache, tsl_reshape_2d(ctx, r, a->hd * a->n_head, a->n_tok), pos, 1);
+    }
+}
+
+/* The norm runs inside the rope's dispatch (one dispatch for norm, weight
+ * and rope; with the store into the cache as well) where nothing else reads
+ * the normed rows and the rope has no frequency factors; apart otherwise.
+ * Values against the CPU's nodes either way; a position past the cache is
+ * the set_rows node's error, as apart; the fused kernel failing to build
+ * leaves the nodes apart, with the same results. */
+static void test_norm_rope(void) {
+    vkt_stat st = {.name = "norm into the rope"};
+    static const nr_arg cases[] = {
+        {128, 16, 1, 37, 64, TSL_ROPE_NEOX, 128, 0},  {128, 8, 1, 37, 64, TSL_ROPE_NEOX, 128, 1},
+        {64, 4, 5, 3, 40, TSL_ROPE_NORMAL, 64, 0},    {64, 4, 5, 3, 40, TSL_ROPE_NORMAL, 32, 1},
+        {96, 3, 2, 9, 20, TSL_ROPE_NEOX, 64, 0},      {64, 2, 3, 10, 20, TSL_ROPE_NEOX, 64, 2},
+        {64, 2, 3, 10, 20, TSL_ROPE_NORMAL, 64, 3},   {320, 2, 1, 5, 20, TSL_ROPE_NEOX, 320, 1},
+    };
+    static const uint64_t want[] = {1, 1, 1, 1, 1, 2, 2, 1};
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        const nr_arg *a = &cases[i];
+        char what[96];
+        snprintf(what, sizeof what, "hd %lld x %lld, %lld tokens at %lld, %d dims, variant %d", (long long)a->hd,
+                 (long long)a->n_head, (long long)a->n_tok, (long long)a->pos0, a->n_dims, a->variant);
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        vkt_check(&st, build_norm_rope, a, (unsigned long long)(1900 + i), 2e-3, 2e-3, what);
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        CHECKF(s1.dispatches - s0.dispatches == want[i], "%s: %llu dispatches, want %llu", what,
+               (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
+    }
+    /* positions 62, 63, 64 of a 64-row cache: the third is out of range */
+    tsl_error err;
+    const nr_arg bad = {64, 2, 3, 62, 64, TSL_ROPE_NEOX, 64, 1};
+    float *r = NULL;
+    int64_t nr = 0;
+    CHECK(vkt_run(g_vk, build_norm_rope, &bad, false, 1990, &r, &nr, &err) == TSL_FAILED);
+    char line[640];
+    tsl_error_format(&err, line, sizeof line);
+    CHECKF(err.node >= 0 && strstr(err.message, "set_rows: index 64 at position 2") != NULL, "%s", line);
+    free(r);
+    vkt_check(&st, build_norm_rope, &cases[1], 1991, 2e-3, 2e-3, "after the index error");
+    /* the fused kernels failing to build: the nodes apart (rms_norm_mul,
+     * then the rope, or rope_set_rows), the same results */
+    const char *names[] = {"rope_norm_f32", "rope_norm_set_rows_f16"};
+    for (int v = 0; v < 2; v++) {
+        CHECK(vk_test_set_kernel(g_vk, names[v], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        vkt_check(&st, build_norm_rope, &cases[v], 1992 + v, 2e-3, 2e-3, names[v]);
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        CHECKF(s1.dispatches - s0.dispatches == 2, "%s broken: %llu dispatches, want 2", names[v],
+               (unsigned long long)(s1.dispatches - s0.dispatches));
+        g_expected_validation_errors += s1.validation_errors - s0.validation_errors; /* the layer objects: expected */
+        CHECK(vk_test_set_kernel(g_vk, names[v], NULL, 0, NULL, &err) == TSL_SUCCESS);
+    }
+    vkt_print(&st);
+}
+
 /* ---- fusion: attention for a few query columns ----------------------------------- */
 
 typedef struct attn_arg {
@@ -1986,6 +2074,7 @@ int main(void) {
     RUN(test_block);
     RUN(test_fusion);
     RUN(test_rope_rows);
+    RUN(test_norm_rope);
     RUN(test_attention);
     RUN(test_command_buffers);
     RUN(test_barriers);

@@ -40,6 +40,7 @@ layout(binding = 2) writeonly buffer Q { uint qd[]; };
 #define CMB_WG 128u
 #define CMB_P sp
 #define CMB_OUT d
+#define CMB_OUT_ON true
 #include "combine.glsl"
 
 void main() {

@@ -60,6 +60,7 @@ layout(push_constant) uniform P {
 #if defined(ONE)
     uint oc, oqc;                         /* in binding 5: the counters', the quantized column's first word */
     uint oo, so0, so1, so2;               /* out: (e, n, h) in binding 3 */
+    uint noout;                           /* 1: only the quantized column is read: out is left unwritten */
 #endif
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
@@ -82,7 +83,12 @@ layout(binding = 2) readonly buffer Mk { float16_t mk[]; };
  * head joins the ranges as attn_combine.comp does, writes the head's
  * output and its Q8_0 blocks, and sets the counter back to 0 for the next
  * layer's attention (the command buffer also zeroes the counters before its
- * first kernel). One level of kernels fewer a layer than the two passes. */
+ * first kernel). One level of kernels fewer a layer than the two passes.
+ * With pc.noout the F32 output is not written at all: the backend sets it
+ * where the one reader of the output is the mat-vec right after, which
+ * takes the quantized column, and the graph's memory plan put the output
+ * over q but not head over head (a head's output could land on the q of a
+ * head whose ranges have not started yet). */
 #include "q8.glsl"
 layout(binding = 3) writeonly buffer D { float d[]; }; /* the output */
 layout(binding = 5) coherent buffer XF { float xf[]; };
@@ -91,6 +97,7 @@ layout(binding = 5) coherent buffer XU { uint xu[]; };
 #define CMB_WG WG
 #define CMB_P xf
 #define CMB_OUT d
+#define CMB_OUT_ON (pc.noout == 0u)
 #define CMB_QOUT
 #define CMB_Q xu
 #include "combine.glsl"

@@ -11,8 +11,9 @@
  * pass) and attn_dec.comp's ONE variant (the last range of each head).
  *
  * Before including: CMB_WG (invocations), CMB_P (the array the partials are
- * read from), CMB_OUT (the output's), and with CMB_QOUT CMB_Q (the quantized
- * column's, uint words). GLSL functions cannot take buffers: the arrays are
+ * read from), CMB_OUT (the output's) and CMB_OUT_ON (whether it is written:
+ * attn_dec1 leaves an output nothing reads but through its quantized copy),
+ * and with CMB_QOUT CMB_Q (the quantized column's, uint words). GLSL functions cannot take buffers: the arrays are
  * named by macro.
  */
 #define SPLIT_MAX 64u /* vk_attn_split's most ranges */
@@ -53,7 +54,7 @@ void combine_head(uint tid, uint h, uint n_head, uint hdv, uint nsplit, uint bas
                 [[unroll]] for (uint r = 0u; r < CR; r++)
                     if (s0 + r < nsplit && !isinf(sm[s0 + r])) acc += v[r] * exp(sm[s0 + r] - mx);
             }
-        CMB_OUT[ob + e * so0] = acc * inv;
+        if (CMB_OUT_ON) CMB_OUT[ob + e * so0] = acc * inv;
 #if defined(CMB_QOUT)
         qv[e] = acc * inv;
 #endif

@@ -25,6 +25,14 @@
  * the cache's pc.lim rows is the set_rows node's (pc.node) data error,
  * reported through the status words, nothing written for it. The F16
  * rounding is set_rows.comp's (conv.glsl).
+ *
+ * NORM (rope_norm_*): the rotated row is mul(rms_norm(x), w), a per-head
+ * q or k norm as qwen3 has before its rope: x is bound at 0 in the rope
+ * input's place, w (one row of ne0) at 2 in the frequency factors' (the
+ * backend fuses only ropes without them), pc.eps the norm's. A workgroup
+ * per row: the row's mean square first, then its pairs, each value
+ * x * scale * w as rms_norm_mul.comp forms it. One dispatch and a level
+ * fewer for each of q and k (vk_backend.c).
  */
 #include "common.glsl"
 #if defined(STORE_ROWS)
@@ -32,7 +40,15 @@
 #include "conv.glsl"
 #endif
 
-layout(local_size_x = 256) in;
+#if defined(NORM)
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#define WGN 128
+#else
+#define WGN 256
+#endif
+layout(local_size_x = WGN) in;
+const uint WG = WGN;
 
 layout(push_constant) uniform P {
     uint ne0, ne1, ne2, ne3;
@@ -45,6 +61,9 @@ layout(push_constant) uniform P {
     float theta_hi, theta_lo; /* base^(-2/n_dims) = hi + lo */
 #if defined(STORE_ROWS)
     uint lim, node; /* the cache's rows; the set_rows node, for an index error */
+#endif
+#if defined(NORM)
+    layout(offset = 120) float eps;
 #endif
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
@@ -65,28 +84,25 @@ float ramp(uint i) {
     return 1.0 - clamp(y, 0.0, 1.0);
 }
 
-void main() {
-    TSL_PROGRESS();
-    const uint half_dims = pc.n_dims / 2u;
-    const uint per_row = half_dims + (pc.ne0 - pc.n_dims);
-    const uint e = wg_linear() * 256u + gl_LocalInvocationID.x;
-    if (e >= per_row * pc.ne1 * pc.ne2 * pc.ne3) return;
-    const uint t = e % per_row, row = e / per_row;
-    const uint i1 = row % pc.ne1, i2 = (row / pc.ne1) % pc.ne2, i3 = row / (pc.ne1 * pc.ne2);
-    const uint xa = pc.oa + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3;
-    const int p = pos[pc.op + i2 * pc.sp];
-#if defined(STORE_ROWS)
-    if (p < 0 || uint(p) >= pc.lim) {
-        TSL_INDEX_ERROR(pc.node, uint(p), i2)
-        return;
-    }
-    const uint xd = pc.od + i1 * pc.sd1 + uint(p) * pc.sd2 + i3 * pc.sd3;
+/* Element j of the row at xa as the rope takes it: with NORM normed and
+ * weighted (w's first element and stride in pc.off, pc.sff) */
+float xval(uint xa, uint j, float scale) {
+#if defined(NORM)
+    precise const float y = a[xa + j * pc.sa0] * scale;
+    precise const float v = y * ff[pc.off + j * pc.sff];
+    return v;
 #else
-    const uint xd = pc.od + i1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3;
+    return a[xa + j * pc.sa0];
 #endif
+}
+
+/* Pair t (or, past n_dims / 2, a copied element) of the row at xa, for
+ * position p, into the row at xd */
+void rope_one(uint t, uint xa, uint xd, int p, float scale) {
+    const uint half_dims = pc.n_dims / 2u;
     if (t >= half_dims) { /* past n_dims: copied through */
         const uint i = pc.n_dims + (t - half_dims);
-        STORE(xd + i * pc.sd0, a[xa + i * pc.sa0]);
+        STORE(xd + i * pc.sd0, xval(xa, i, scale));
         return;
     }
     const uint i = t;
@@ -121,7 +137,54 @@ void main() {
     const float c = cos(th) * pc.mscale, s = sin(th) * pc.mscale;
     const uint j0 = pc.neox != 0u ? i : 2u * i;
     const uint j1 = pc.neox != 0u ? i + half_dims : 2u * i + 1u;
-    const float x0 = a[xa + j0 * pc.sa0], x1 = a[xa + j1 * pc.sa0];
+    const float x0 = xval(xa, j0, scale), x1 = xval(xa, j1, scale);
     STORE(xd + j0 * pc.sd0, x0 * c - x1 * s);
     STORE(xd + j1 * pc.sd0, x0 * s + x1 * c);
+}
+
+#if defined(NORM)
+shared float red[WG];
+#endif
+
+void main() {
+    TSL_PROGRESS();
+    const uint per_row = pc.n_dims / 2u + (pc.ne0 - pc.n_dims);
+#if defined(NORM)
+    const uint row = wg_linear(), t0 = gl_LocalInvocationID.x;
+    if (row >= pc.ne1 * pc.ne2 * pc.ne3) return; /* uniform per workgroup */
+#else
+    const uint e = wg_linear() * WG + gl_LocalInvocationID.x;
+    if (e >= per_row * pc.ne1 * pc.ne2 * pc.ne3) return;
+    const uint t0 = e % per_row, row = e / per_row;
+#endif
+    const uint i1 = row % pc.ne1, i2 = (row / pc.ne1) % pc.ne2, i3 = row / (pc.ne1 * pc.ne2);
+    const uint xa = pc.oa + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3;
+    const int p = pos[pc.op + i2 * pc.sp];
+#if defined(STORE_ROWS)
+    if (p < 0 || uint(p) >= pc.lim) { /* with NORM uniform per workgroup: before its barrier */
+        TSL_INDEX_ERROR(pc.node, uint(p), i2)
+        return;
+    }
+    const uint xd = pc.od + i1 * pc.sd1 + uint(p) * pc.sd2 + i3 * pc.sd3;
+#else
+    const uint xd = pc.od + i1 * pc.sd1 + i2 * pc.sd2 + i3 * pc.sd3;
+#endif
+#if defined(NORM)
+    /* the row's mean square (the subgroups' sums, then theirs), the
+     * norm's formula */
+    float ss = 0.0;
+    for (uint j = t0; j < pc.ne0; j += WG) {
+        const float v = a[xa + j * pc.sa0];
+        ss += v * v;
+    }
+    ss = subgroupAdd(ss);
+    if (subgroupElect()) red[gl_SubgroupID] = ss;
+    barrier();
+    float sum = 0.0;
+    for (uint g = 0u; g < gl_NumSubgroups; g++) sum += red[g];
+    const float scale = inversesqrt(sum / float(pc.ne0) + pc.eps);
+    for (uint t = t0; t < per_row; t += WG) rope_one(t, xa, xd, p, scale);
+#else
+    rope_one(t0, xa, xd, p, 1.0);
+#endif
 }
