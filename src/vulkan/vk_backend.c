@@ -722,12 +722,28 @@ static bool vk_fuse_once(const tsl_tensor *const *keys, const int *uses, size_t 
     return false;
 }
 
+/* Can rope exec r (a rope, or rope_set_rows) absorb exec m, the one
+ * before it, when m is rms_norm_mul, m's output is r's rope input, and the
+ * rope has no frequency factors (w takes their binding)? Whether anything
+ * else reads m's output is asked apart. Returns the rope_norm kernel, or
+ * -1. */
+static int vk_norm_rope(const vk_exec *m, const vk_exec *r) {
+    if (m->kernel != VK_K_RMS_NORM_MUL_F32 || m->qout) return -1;
+    const int k = r->kernel == VK_K_ROPE_F32            ? VK_K_ROPE_NORM_F32
+                  : r->kernel == VK_K_ROPE_F32_FP32     ? VK_K_ROPE_NORM_F32_FP32
+                  : r->kernel == VK_K_ROPE_SET_ROWS_F16 ? VK_K_ROPE_NORM_SET_ROWS_F16
+                                                        : -1;
+    if (k < 0) return -1;
+    const tsl_tensor *rope = r->kernel == VK_K_ROPE_SET_ROWS_F16 ? r->fused : r->node;
+    const tsl_tensor *mul = m->node, *x = m->fused->src[0];
+    if (rope->op != TSL_OP_ROPE || rope->src[0] != mul || rope->src[2] || (mul->flags & TSL_FLAG_OUTPUT)) return -1;
+    return memcmp(x->ne, mul->ne, sizeof x->ne) == 0 ? k : -1;
+}
+
 /* Rope exec r, about to be the w-th exec: absorb the exec before it (the
  * q or k norm of qwen3, vk_norm_rope) where its output has this one reader
  * and the kernel builds; then r takes its place. pipes/failed cache the
  * three rope_norm kernels for the pass. */
-static int vk_norm_rope(const vk_exec *m, const vk_exec *r);
-static bool vk_fuse_once(const tsl_tensor *const *keys, const int *uses, size_t set, const tsl_tensor *t);
 static bool vk_fuse_norm_rope(vk_backend *be, const tsl_tensor *const *keys, const int *uses, size_t set, vk_exec *r,
                               int w, VkPipeline pipes[3], bool failed[3]) {
     if (w < 1) return false;
@@ -751,24 +767,6 @@ static bool vk_fuse_norm_rope(vk_backend *be, const tsl_tensor *const *keys, con
     f.cost_s += m->cost_s;
     *m = f;
     return true;
-}
-
-/* Can rope exec r (a rope, or rope_set_rows) absorb exec m, the one
- * before it, when m is rms_norm_mul, m's output is r's rope input, and the
- * rope has no frequency factors (w takes their binding)? Whether anything
- * else reads m's output is asked apart. Returns the rope_norm kernel, or
- * -1. */
-static int vk_norm_rope(const vk_exec *m, const vk_exec *r) {
-    if (m->kernel != VK_K_RMS_NORM_MUL_F32 || m->qout) return -1;
-    const int k = r->kernel == VK_K_ROPE_F32            ? VK_K_ROPE_NORM_F32
-                  : r->kernel == VK_K_ROPE_F32_FP32     ? VK_K_ROPE_NORM_F32_FP32
-                  : r->kernel == VK_K_ROPE_SET_ROWS_F16 ? VK_K_ROPE_NORM_SET_ROWS_F16
-                                                        : -1;
-    if (k < 0) return -1;
-    const tsl_tensor *rope = r->kernel == VK_K_ROPE_SET_ROWS_F16 ? r->fused : r->node;
-    const tsl_tensor *mul = m->node, *x = m->fused->src[0];
-    if (rope->op != TSL_OP_ROPE || rope->src[0] != mul || rope->src[2] || (mul->flags & TSL_FLAG_OUTPUT)) return -1;
-    return memcmp(x->ne, mul->ne, sizeof x->ne) == 0 ? k : -1;
 }
 
 /* Pairs of nodes into one dispatch (vk_fusable) where the first node's
@@ -1886,13 +1884,13 @@ static int vk_plan(vk_backend *be, int n, bool one) {
     int main_n = n / ncb;
     if (main_n > VK_MAIN_MAX_NODES) main_n = VK_MAIN_MAX_NODES;
     if (main_n < 1) main_n = 1;
-    int rest = n - main_n, per = (rest + ncb - 2) / (ncb - 1);
-    be->slots[0].first = 0;
-    be->slots[0].count = main_n;
     /* an attention that leaves its output unwritten and its reader, which
      * finds the quantized column in this command buffer's state, stay in
      * one command buffer */
     if (main_n < n && be->exec[main_n - 1].noout) main_n++;
+    int rest = n - main_n, per = (rest + ncb - 2) / (ncb - 1);
+    be->slots[0].first = 0;
+    be->slots[0].count = main_n;
     int used = 1, at = main_n;
     while (at < n) {
         int c = n - at < per ? n - at : per;
