@@ -86,6 +86,7 @@
  * devices many times. A scheduler serves one thread at a time.
  */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -949,16 +950,17 @@ static void sched_keep(tsl_sched *s, const tsl_graph *g) {
 }
 
 /* Is node i as kept? An activation the plan placed may have had its
- * address cleared since (so that it is placed again): the same plan. */
+ * address cleared since (so that it is placed again): the same plan. The
+ * bytes around the address, then the address (a decoder clears every
+ * activation's before each step: no copy of the node to patch). */
+_Static_assert(offsetof(tsl_tensor, ctx) == offsetof(tsl_tensor, data) + sizeof(void *) + sizeof(struct tsl_buffer *),
+               "sched_node_same: data and buffer lie together before ctx");
 static bool sched_node_same(const tsl_sched *s, int i, const tsl_tensor *t) {
     const tsl_tensor *k = &s->kept_node[i];
-    if (memcmp(t, k, sizeof *t) == 0) return true;
-    if (!s->ours[i] || t->data || t->buffer) return false;
-    tsl_tensor c;
-    memcpy(&c, t, sizeof c);
-    c.data = k->data;
-    c.buffer = k->buffer;
-    return memcmp(&c, k, sizeof c) == 0;
+    const size_t a = offsetof(tsl_tensor, data), b = offsetof(tsl_tensor, ctx);
+    if (memcmp(t, k, a) != 0 || memcmp((const char *)t + b, (const char *)k + b, sizeof *t - b) != 0) return false;
+    if (t->data == k->data && t->buffer == k->buffer) return true;
+    return s->ours[i] && !t->data && !t->buffer;
 }
 
 /* Is the kept plan g's: the same nodes, each as it was (so with the same

@@ -834,6 +834,24 @@ static void test_plan_kept(void) {
     tsl_backend_inject_clear(dev);
     CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 7);
     CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 8);
+    /* a node changed past its address (its name), or its address half
+     * cleared (its data, not its buffer): planned afresh; its activations
+     * cleared and all else the same: reused */
+    if (normed) {
+        char name[TSL_MAX_NAME];
+        memcpy(name, normed->name, sizeof name);
+        tsl_tensor_set_name(normed, "attn_normed2");
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 8);
+        tsl_tensor_set_name(normed, name);
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 8);
+        normed->data = NULL;
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 8);
+        clear_activations(m.g);
+        CHECK(tsl_sched_compute(s, m.g, &err) == TSL_SUCCESS && tsl_sched_n_reused(s) == 9);
+        r = read_out(&m);
+        CHECK(r && memcmp(r, g_ref, OUT_BYTES) == 0);
+        free(r);
+    }
     tsl_sched_free(s);
 
     /* a kernel failure cached on a backend by a compute of another graph:
