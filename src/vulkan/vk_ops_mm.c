@@ -281,11 +281,17 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
         cand[k++] = vecn;
     } else if (t == TSL_TYPE_F16 || ((t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0) && N >= VK_MM_CM_MIN_N_QUANT)) {
         /* F16 x F16 in whole tiles: the workgroup-scope kernels first, where
-         * the device has them. Bound through descriptor sets, 4096^3 ran at
-         * 238.9 TFLOP/s (128x128, 4 warps) and 226.3 (256x128, 8 warps) on
-         * the H200 against 219.8 for the subgroup-scope tile below
-         * (bench/RESULTS.md, run 43). */
-        static const int cm2[] = {VK_K_MUL_MAT_CM2_F16_F16_128X128W128, VK_K_MUL_MAT_CM2_F16_F16};
+         * the device has them. With their counted K loop, 4096^3 ran at 278
+         * TFLOP/s (128x128, K steps of 64, 8 warps), 272 (128x256, 8 warps)
+         * and 263 (128x128, 4 warps) on the H200 (bench/RESULTS.md, runs
+         * 89-91) against 219.8 for the subgroup-scope tile below (run 43):
+         * the first where K is whole steps of 256; then the larger tile
+         * where its grid still fills the GPU twice over (264 workgroups;
+         * 4096 x 4096 gives 512), else the smaller one's wider grid. */
+        const bool wide = (a->ne[1] / 128) * (N / 256) * b->ne[2] * b->ne[3] >= 264;
+        const int cm2[] = {VK_K_MUL_MAT_CM2_F16_F16_128X128K64,
+                           wide ? VK_K_MUL_MAT_CM2_F16_F16 : VK_K_MUL_MAT_CM2_F16_F16_128X128W128,
+                           wide ? VK_K_MUL_MAT_CM2_F16_F16_128X128W128 : VK_K_MUL_MAT_CM2_F16_F16};
         for (size_t i = 0; bt == TSL_TYPE_F16 && N > 64 && i < sizeof cm2 / sizeof cm2[0]; i++) {
             if (vk_mm_applies(d, cm2[i], n) && d->k[cm2[i]].runnable) {
                 cand[k++] = cm2[i];

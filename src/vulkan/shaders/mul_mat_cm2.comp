@@ -12,12 +12,13 @@
  * (coopMatLoadTensorNV with tensor layouts: a's rows and b's columns are
  * K-contiguous, d's columns M-contiguous), staging and scheduling them
  * itself. On the H200, in a stand-alone program binding ordinary
- * descriptor sets, this kernel ran 4096^3 at 232-244 TFLOP/s (a variant
- * with literal zero offsets and 6 push-constant words 272) against 222 for
- * the subgroup-scope kernel (mul_mat_cm.comp, staged by hand); in tensile,
+ * descriptor sets, this kernel ran 4096^3 at 232-247 TFLOP/s with its K
+ * loop written as k < K, and 263-273 with it counted (below); 222 for the
+ * subgroup-scope kernel (mul_mat_cm.comp, staged by hand); in tensile,
  * bound through ordinary descriptor sets (vk_kernel.sets), 242 at 4096^3
- * (bench/RESULTS.md, runs 43-49; the first processes on a freshly started
- * machine ran it at 54-58, whatever the binding). It needs SPIR-V 1.6 (Vulkan 1.3) and a GLSL compiler newer
+ * before the counted loop (bench/RESULTS.md, runs 43-49 and 85-89; the
+ * first processes on a freshly started machine ran it at 54-58, whatever
+ * the binding). It needs SPIR-V 1.6 (Vulkan 1.3) and a GLSL compiler newer
  * than Debian 12's: src/vulkan/glslang/tsl_glslang.c.
  *
  * Specialization constants: 0 the workgroup size, 1 BM, 2 BN, 3 BK (the
@@ -85,7 +86,13 @@ void main() {
         lb = setTensorLayoutDimensionNV(lb, pc.N, pc.K);
         la = setTensorLayoutStrideNV(la, pc.sa1 & ~7u, 1);
         lb = setTensorLayoutStrideNV(lb, pc.sb1 & ~7u, 1);
-        for (uint k = 0u; k < pc.K; k += 4u * BK) {
+        /* a counted loop: with its trip count in this form the driver's
+         * compiler pipelines the loads across steps (273 against 233
+         * TFLOP/s at 128x256, 4096^3 on the H200, bench/RESULTS.md run 89;
+         * a loop over k < K it does not) */
+        const uint steps = pc.K / (4u * BK);
+        for (uint it = 0u; it < steps; it++) {
+            const uint k = it * 4u * BK;
             [[unroll]] for (uint j = 0u; j < 4u; j++) {
                 MAT_A ma;
                 MAT_B mb;
