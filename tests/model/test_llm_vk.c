@@ -485,6 +485,57 @@ static bool decode_steps(tsl_backend *vk, tsl_llm_ctx *c, int steps, int nv, flo
     return ok;
 }
 
+/* Two random-weight models of one shape, an architecture each (written
+ * and loaded), a Vulkan and a CPU backend, and room for `steps` tokens'
+ * logits of each; a Vulkan token's dispatches per model in disp. */
+typedef struct arch_pair {
+    const char *path[2];
+    tsl_model *m[2];
+    tsl_backend *vk, *cpu;
+    int nv;
+    float *l[2];
+    uint64_t disp[2];
+} arch_pair;
+
+static void arch_pair_close(arch_pair *p) {
+    for (int k = 0; k < 2; k++) {
+        free(p->l[k]);
+        tsl_model_free(p->m[k]);
+        if (p->path[k]) unlink(p->path[k]);
+    }
+    tsl_backend_free(p->vk);
+    tsl_backend_free(p->cpu);
+}
+
+/* Opens the pair and decodes `steps` tokens of each on the Vulkan backend
+ * (ncb command buffers a compute, 0: the default); false if anything
+ * failed (checked). */
+static bool arch_pair_open(arch_pair *p, const char *const path[2], const tsl_llm_arch arch[2], synth_shape sh,
+                           uint64_t seed, int steps, int ncb) {
+    memset(p, 0, sizeof *p);
+    for (int k = 0; k < 2; k++) {
+        p->path[k] = path[k];
+        sh.arch = arch[k];
+        CHECK(write_shape(path[k], sh, TSL_TYPE_Q8_0, seed, 0));
+        p->m[k] = load(path[k]);
+    }
+    p->vk = vk_new();
+    p->cpu = tsl_backend_cpu_new(2, NULL);
+    p->nv = sh.n_vocab;
+    for (int k = 0; k < 2; k++) p->l[k] = malloc((size_t)steps * (size_t)sh.n_vocab * sizeof(float));
+    bool ok = p->m[0] && p->m[1] && p->vk && p->cpu && p->l[0] && p->l[1] &&
+              tsl_model_get_info(p->m[0])->n_vocab == sh.n_vocab;
+    CHECK(ok);
+    tsl_error err;
+    if (ok && ncb > 0) CHECK(tsl_backend_vulkan_set_command_buffers(p->vk, ncb, &err) == TSL_SUCCESS);
+    for (int k = 0; ok && k < 2; k++) {
+        tsl_llm_ctx *c = new_ctx(p->m[k], p->vk, 64, 16, false);
+        ok = decode_steps(p->vk, c, steps, p->nv, p->l[k], &p->disp[k]);
+        tsl_llm_ctx_free(c);
+    }
+    return ok;
+}
+
 /* qwen2's q, k and v biases: on a device whose copy holds the three
  * matrices as one, the biases are one row too, added to the product in its
  * own kernel: a qwen2 token takes as many dispatches as a llama token of
@@ -495,41 +546,20 @@ static void test_qkv_bias(void) {
     enum { STEPS = 4 };
     const char *path[2] = {tpath("qbias_qwen2.gguf"), tpath("qbias_llama.gguf")};
     const tsl_llm_arch arch[2] = {TSL_ARCH_QWEN2, TSL_ARCH_LLAMA};
-    tsl_model *m[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        CHECK(write_shape(path[k], (synth_shape){"qbias", arch[k], 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false},
-                          TSL_TYPE_Q8_0, 9, 0));
-        m[k] = load(path[k]);
-    }
-    tsl_backend *vk = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
-    const int nv = m[0] ? tsl_model_get_info(m[0])->n_vocab : 0;
-    float *l[2] = {malloc((size_t)STEPS * 512 * sizeof(float)), malloc((size_t)STEPS * 512 * sizeof(float))};
-    uint64_t disp[2] = {0, 0};
-    bool ok = m[0] && m[1] && vk && cpu && l[0] && l[1] && nv == 512;
-    CHECK(ok);
-    for (int k = 0; ok && k < 2; k++) {
-        tsl_llm_ctx *c = new_ctx(m[k], vk, 64, 16, false);
-        ok = decode_steps(vk, c, STEPS, nv, l[k], &disp[k]);
-        tsl_llm_ctx_free(c);
-    }
-    if (ok) {
+    arch_pair p;
+    if (arch_pair_open(&p, path, arch,
+                       (synth_shape){"qbias", TSL_ARCH_QWEN2, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false}, 9,
+                       STEPS, 0)) {
         tsl_vulkan_device_info vi;
-        const bool qdot = tsl_backend_vulkan_info(vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot;
+        const bool qdot = tsl_backend_vulkan_info(p.vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot;
         /* without integer dot products the add is a dispatch of its own */
-        const uint64_t extra = qdot ? 0 : (uint64_t)STEPS * (uint64_t)tsl_model_get_info(m[0])->n_layer;
-        CHECKF(disp[0] == disp[1] + extra, "qwen2 %llu dispatches for %d tokens, llama %llu (+%llu expected)",
-               (unsigned long long)disp[0], STEPS, (unsigned long long)disp[1], (unsigned long long)extra);
-        cpu_agrees(m[0], cpu, STEPS, l[0], nv);
-        lost_mid_decode(m[0], vk, 1, STEPS, l[0], nv);
+        const uint64_t extra = qdot ? 0 : (uint64_t)STEPS * (uint64_t)tsl_model_get_info(p.m[0])->n_layer;
+        CHECKF(p.disp[0] == p.disp[1] + extra, "qwen2 %llu dispatches for %d tokens, llama %llu (+%llu expected)",
+               (unsigned long long)p.disp[0], STEPS, (unsigned long long)p.disp[1], (unsigned long long)extra);
+        cpu_agrees(p.m[0], p.cpu, STEPS, p.l[0], p.nv);
+        lost_mid_decode(p.m[0], p.vk, 1, STEPS, p.l[0], p.nv);
     }
-    free(l[0]);
-    free(l[1]);
-    for (int k = 0; k < 2; k++) {
-        tsl_model_free(m[k]);
-        unlink(path[k]);
-    }
-    tsl_backend_free(vk);
-    tsl_backend_free(cpu);
+    arch_pair_close(&p);
 }
 
 /* qwen3's q and k norms: each runs inside its rope's dispatch (and k's
@@ -548,47 +578,33 @@ static void test_qwen3_levels(void) {
     enum { STEPS = 4 };
     const char *path[2] = {tpath("levels_qwen3.gguf"), tpath("levels_llama.gguf")};
     const tsl_llm_arch arch[2] = {TSL_ARCH_QWEN3, TSL_ARCH_LLAMA};
-    tsl_model *m[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        CHECK(write_shape(path[k], (synth_shape){"levels", arch[k], 512, 512, 128, 3, 256, 8, 4, 32, 1e6f, 1e-6f, false},
-                          TSL_TYPE_Q8_0, 13, 0));
-        m[k] = load(path[k]);
-    }
-    tsl_backend *vk = vk_new(), *cpu = tsl_backend_cpu_new(2, NULL);
-    const int nv = m[0] ? tsl_model_get_info(m[0])->n_vocab : 0;
-    float *l[2] = {malloc((size_t)STEPS * 512 * sizeof(float)), malloc((size_t)STEPS * 512 * sizeof(float))};
-    uint64_t disp[2] = {0, 0};
-    bool ok = m[0] && m[1] && vk && cpu && l[0] && l[1] && nv == 512;
-    CHECK(ok);
+    arch_pair p;
     /* one command buffer a compute: the counts below are the kernels' (a
      * two-pass attention whose combine and reader fall into two command
      * buffers takes one quantizer more) */
-    tsl_error err;
-    CHECK(!vk || tsl_backend_vulkan_set_command_buffers(vk, 1, &err) == TSL_SUCCESS);
-    for (int k = 0; ok && k < 2; k++) {
-        tsl_llm_ctx *c = new_ctx(m[k], vk, 64, 16, false);
-        ok = decode_steps(vk, c, STEPS, nv, l[k], &disp[k]);
-        tsl_llm_ctx_free(c);
-    }
-    if (ok) {
-        CHECKF(disp[0] == disp[1], "qwen3 %llu dispatches for %d tokens, llama %llu", (unsigned long long)disp[0], STEPS,
-               (unsigned long long)disp[1]);
+    if (arch_pair_open(&p, path, arch,
+                       (synth_shape){"levels", TSL_ARCH_QWEN3, 512, 512, 128, 3, 256, 8, 4, 32, 1e6f, 1e-6f, false}, 13,
+                       STEPS, 1)) {
+        const size_t bytes = (size_t)STEPS * (size_t)p.nv * sizeof(float);
+        tsl_error err;
+        CHECKF(p.disp[0] == p.disp[1], "qwen3 %llu dispatches for %d tokens, llama %llu", (unsigned long long)p.disp[0],
+               STEPS, (unsigned long long)p.disp[1]);
         /* the attention in one dispatch: with attn_dec1 broken (two passes)
          * a dispatch more a layer, and the same logits bit for bit */
         static const char *const one[] = {"attn_dec1_f16", "attn_dec1_f16_mask_f32", "attn_dec1_f16_mask_f16"};
-        for (int k = 0; k < 3; k++) CHECK(vk_test_set_kernel(vk, one[k], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
-        tsl_llm_ctx *c = new_ctx(m[0], vk, 64, 16, false);
+        for (int k = 0; k < 3; k++) CHECK(vk_test_set_kernel(p.vk, one[k], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+        tsl_llm_ctx *c = new_ctx(p.m[0], p.vk, 64, 16, false);
         uint64_t two = 0;
-        if (decode_steps(vk, c, STEPS, nv, l[1], &two)) {
+        if (decode_steps(p.vk, c, STEPS, p.nv, p.l[1], &two)) {
             tsl_vulkan_device_info vi;
-            const bool qdot = tsl_backend_vulkan_info(vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot;
-            const uint64_t want = qdot ? (uint64_t)STEPS * (uint64_t)tsl_model_get_info(m[0])->n_layer : 0;
-            CHECKF(two - disp[0] == want, "%llu and %llu dispatches for %d tokens, want %llu fewer",
-                   (unsigned long long)disp[0], (unsigned long long)two, STEPS, (unsigned long long)want);
-            CHECKF(memcmp(l[0], l[1], (size_t)STEPS * nv * sizeof(float)) == 0, "one dispatch and two passes differ");
+            const bool qdot = tsl_backend_vulkan_info(p.vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot;
+            const uint64_t want = qdot ? (uint64_t)STEPS * (uint64_t)tsl_model_get_info(p.m[0])->n_layer : 0;
+            CHECKF(two - p.disp[0] == want, "%llu and %llu dispatches for %d tokens, want %llu fewer",
+                   (unsigned long long)p.disp[0], (unsigned long long)two, STEPS, (unsigned long long)want);
+            CHECKF(memcmp(p.l[0], p.l[1], bytes) == 0, "one dispatch and two passes differ");
         }
         tsl_llm_ctx_free(c);
-        for (int k = 0; k < 3; k++) CHECK(vk_test_set_kernel(vk, one[k], NULL, 0, NULL, &err) == TSL_SUCCESS);
+        for (int k = 0; k < 3; k++) CHECK(vk_test_set_kernel(p.vk, one[k], NULL, 0, NULL, &err) == TSL_SUCCESS);
         /* in 2 to 9 command buffers of a few kernels each (every token
          * recorded afresh, so the splits fall everywhere): the attention
          * that leaves its output unwritten stays in its reader's command
@@ -597,28 +613,20 @@ static void test_qwen3_levels(void) {
             tsl_backend *vkn = vk_new();
             CHECK(vkn && tsl_backend_vulkan_set_command_buffers(vkn, ncb, &err) == TSL_SUCCESS);
             if (vkn) tsl_backend_vulkan_set_reuse(vkn, false);
-            c = vkn ? new_ctx(m[0], vkn, 64, 16, false) : NULL;
+            c = vkn ? new_ctx(p.m[0], vkn, 64, 16, false) : NULL;
             uint64_t dn = 0;
-            if (c && decode_steps(vkn, c, STEPS, nv, l[1], &dn)) {
+            if (c && decode_steps(vkn, c, STEPS, p.nv, p.l[1], &dn)) {
                 tsl_vulkan_stats st;
                 CHECK(tsl_backend_vulkan_stats(vkn, &st) == TSL_SUCCESS && st.last_command_buffers > 1);
-                CHECKF(memcmp(l[0], l[1], (size_t)STEPS * nv * sizeof(float)) == 0,
-                       "one and %d command buffers differ", ncb);
+                CHECKF(memcmp(p.l[0], p.l[1], bytes) == 0, "one and %d command buffers differ", ncb);
             }
             tsl_llm_ctx_free(c);
             tsl_backend_free(vkn);
         }
-        cpu_agrees(m[0], cpu, STEPS, l[0], nv);
-        lost_mid_decode(m[0], vk, 2, STEPS, l[0], nv);
+        cpu_agrees(p.m[0], p.cpu, STEPS, p.l[0], p.nv);
+        lost_mid_decode(p.m[0], p.vk, 2, STEPS, p.l[0], p.nv);
     }
-    free(l[0]);
-    free(l[1]);
-    for (int k = 0; k < 2; k++) {
-        tsl_model_free(m[k]);
-        unlink(path[k]);
-    }
-    tsl_backend_free(vk);
-    tsl_backend_free(cpu);
+    arch_pair_close(&p);
 }
 
 /* A weight op whose kernel fails: the CPU takes the op and reads that

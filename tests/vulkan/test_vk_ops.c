@@ -232,6 +232,20 @@ static void vkt_check(vkt_stat *st, vkt_build fn, const void *arg, unsigned long
     free(v);
 }
 
+/* vkt_check, and the Vulkan dispatches it took must be want; returns the
+ * validation errors it drew (a case that breaks a kernel on purpose draws
+ * them). */
+static uint64_t vkt_check_disp(vkt_stat *st, vkt_build fn, const void *arg, unsigned long long seed, double atol,
+                               double rtol, const char *what, uint64_t want) {
+    tsl_vulkan_stats s0, s1;
+    CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+    vkt_check(st, fn, arg, seed, atol, rtol, what);
+    CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+    CHECKF(s1.dispatches - s0.dispatches == want, "%s: %llu dispatches, want %llu", what,
+           (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want);
+    return s1.validation_errors - s0.validation_errors;
+}
+
 static unsigned long long g_seed = 0x5EED;
 
 static int64_t rnd(int64_t lo, int64_t hi) { /* [lo, hi] */
@@ -701,17 +715,12 @@ static void test_fusion(void) {
     const uint64_t q = g_qdot ? 1 : 0;
     const uint64_t want[] = {1, 1, 1, 3, 2, 1, 2, 2, 3 + q, 2 + q, 4 - q, 4 - q, 4, 4 - q, 4 - q};
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
-        tsl_vulkan_stats s0, s1;
-        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
         char what[64];
         snprintf(what, sizeof what, "n %lld rows %lld mode %d", (long long)cases[i].n, (long long)cases[i].rows,
                  cases[i].mode);
         /* the products: sums of n terms in another order (as test_mul_mat) */
         const double atol = cases[i].mode >= 4 ? 2e-5 * sqrt((double)cases[i].n) : 1e-6;
-        vkt_check(&st, build_fuse, &cases[i], (unsigned long long)(300 + i), atol, 1e-5, what);
-        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
-        CHECKF(s1.dispatches - s0.dispatches == want[i], "%s: %llu dispatches, want %llu", what,
-               (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
+        vkt_check_disp(&st, build_fuse, &cases[i], (unsigned long long)(300 + i), atol, 1e-5, what, want[i]);
     }
     vkt_print(&st);
     /* The quantized column the norm or the swiglu writes is the quantizer's,
@@ -748,15 +757,9 @@ static void test_fusion(void) {
      * results still equal the CPU's */
     CHECK(vk_test_set_kernel(g_vk, "swiglu_q_f32", NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
     vkt_stat sb = {.name = "fusions, swiglu_q broken"};
-    tsl_vulkan_stats s0, s1;
-    CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
-    const uint64_t v0 = s0.validation_errors;
-    vkt_check(&sb, build_fuse, &cases[13], 913, 2e-5 * sqrt((double)cases[13].n), 1e-5, "n 14336, swiglu_q broken");
-    CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
-    CHECKF(s1.dispatches - s0.dispatches == 4, "swiglu_q broken: %llu dispatches, want 4",
-           (unsigned long long)(s1.dispatches - s0.dispatches));
     /* the validation layer, when on, objects to the broken pipeline: expected */
-    g_expected_validation_errors += s1.validation_errors - v0;
+    g_expected_validation_errors += vkt_check_disp(&sb, build_fuse, &cases[13], 913, 2e-5 * sqrt((double)cases[13].n),
+                                                   1e-5, "n 14336, swiglu_q broken", 4);
     CHECK(vk_test_set_kernel(g_vk, "swiglu_q_f32", NULL, 0, NULL, &err) == TSL_SUCCESS);
     vkt_print(&sb);
 }
@@ -808,12 +811,7 @@ static void test_rope_rows(void) {
         char what[96];
         snprintf(what, sizeof what, "hd %lld x %lld, %lld tokens at %lld, variant %d", (long long)a->hd,
                  (long long)a->n_head, (long long)a->n_tok, (long long)a->pos0, a->variant);
-        tsl_vulkan_stats s0, s1;
-        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
-        vkt_check(&st, build_rope_rows, a, (unsigned long long)(1700 + i), 2e-3, 2e-3, what);
-        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
-        CHECKF(s1.dispatches - s0.dispatches == want[i], "%s: %llu dispatches, want %llu", what,
-               (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
+        vkt_check_disp(&st, build_rope_rows, a, (unsigned long long)(1700 + i), 2e-3, 2e-3, what, want[i]);
     }
     /* positions 62, 63, 64 of a 64-row cache: the third is out of range,
      * fused, and with the set_rows apart (F16 and F32 caches) */
@@ -834,13 +832,9 @@ static void test_rope_rows(void) {
     /* the fused kernel failing to build (an entry point its module lacks):
      * the rope and the set_rows apart run instead, with the same results */
     CHECK(vk_test_set_kernel(g_vk, "rope_set_rows_f16", NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
-    tsl_vulkan_stats s0, s1;
-    CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
-    vkt_check(&st, build_rope_rows, &cases[0], 1792, 2e-3, 2e-3, "rope_set_rows_f16 broken");
-    CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
-    CHECKF(s1.dispatches - s0.dispatches == 2, "rope_set_rows_f16 broken: %llu dispatches, want 2",
-           (unsigned long long)(s1.dispatches - s0.dispatches));
-    g_expected_validation_errors += s1.validation_errors - s0.validation_errors; /* the layer objects: expected */
+    /* the layer objects: expected */
+    g_expected_validation_errors +=
+        vkt_check_disp(&st, build_rope_rows, &cases[0], 1792, 2e-3, 2e-3, "rope_set_rows_f16 broken", 2);
     CHECK(vk_test_set_kernel(g_vk, "rope_set_rows_f16", NULL, 0, NULL, &err) == TSL_SUCCESS);
     vkt_print(&st);
 }
@@ -898,12 +892,7 @@ static void test_norm_rope(void) {
         char what[96];
         snprintf(what, sizeof what, "hd %lld x %lld, %lld tokens at %lld, %d dims, variant %d", (long long)a->hd,
                  (long long)a->n_head, (long long)a->n_tok, (long long)a->pos0, a->n_dims, a->variant);
-        tsl_vulkan_stats s0, s1;
-        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
-        vkt_check(&st, build_norm_rope, a, (unsigned long long)(1900 + i), 2e-3, 2e-3, what);
-        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
-        CHECKF(s1.dispatches - s0.dispatches == want[i], "%s: %llu dispatches, want %llu", what,
-               (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want[i]);
+        vkt_check_disp(&st, build_norm_rope, a, (unsigned long long)(1900 + i), 2e-3, 2e-3, what, want[i]);
     }
     /* positions 62, 63, 64 of a 64-row cache: the third is out of range */
     tsl_error err;
@@ -921,13 +910,8 @@ static void test_norm_rope(void) {
     const char *names[] = {"rope_norm_f32", "rope_norm_set_rows_f16"};
     for (int v = 0; v < 2; v++) {
         CHECK(vk_test_set_kernel(g_vk, names[v], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
-        tsl_vulkan_stats s0, s1;
-        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
-        vkt_check(&st, build_norm_rope, &cases[v], 1992 + v, 2e-3, 2e-3, names[v]);
-        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
-        CHECKF(s1.dispatches - s0.dispatches == 2, "%s broken: %llu dispatches, want 2", names[v],
-               (unsigned long long)(s1.dispatches - s0.dispatches));
-        g_expected_validation_errors += s1.validation_errors - s0.validation_errors; /* the layer objects: expected */
+        /* the layer objects: expected */
+        g_expected_validation_errors += vkt_check_disp(&st, build_norm_rope, &cases[v], 1992 + v, 2e-3, 2e-3, names[v], 2);
         CHECK(vk_test_set_kernel(g_vk, names[v], NULL, 0, NULL, &err) == TSL_SUCCESS);
     }
     vkt_print(&st);
