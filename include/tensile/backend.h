@@ -426,6 +426,9 @@ uint64_t tsl_sched_n_reused(const tsl_sched *s);
  *                            each head joins the ranges)
  *   TSL_VULKAN_NO_INTEGER_DOT=1  leave VK_KHR_shader_integer_dot_product off:
  *                            Q8_0/Q4_0 mat-vec in F32 activations
+ *   TSL_VULKAN_NO_FLOAT64=1  leave shaderFloat64 off: the kernels that form
+ *                            angles in double (rope) take their float
+ *                            variants, as on a device without it
  *   TSL_VULKAN_PIPELINE_STATS=1  log (at INFO) the driver's statistics of
  *                            every pipeline built (registers, memory), where
  *                            the driver has VK_KHR_pipeline_executable_properties */

@@ -793,6 +793,7 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
     if (d->f.cooperative_matrix) exts[n_exts++] = "VK_KHR_cooperative_matrix";
     if (d->f.coopmat2) exts[n_exts++] = "VK_NV_cooperative_matrix2";
     if (d->f.int_dot && vk_env_on("TSL_VULKAN_NO_INTEGER_DOT")) d->f.int_dot = d->info.integer_dot = false;
+    if (d->f.float64 && vk_env_on("TSL_VULKAN_NO_FLOAT64")) d->f.float64 = d->info.float64 = false;
     if (d->f.int_dot) exts[n_exts++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
     /* TSL_VULKAN_PIPELINE_STATS=1: the driver's statistics of each pipeline
      * it builds (registers, local memory, ...), logged; a tuning aid */

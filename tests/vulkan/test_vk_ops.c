@@ -841,6 +841,8 @@ static void test_rope_rows(void) {
 
 /* ---- fusion: a per-head norm into the rope ---------------------------------------- */
 
+static bool vk_remake(int index, const char *const *env);
+
 typedef struct nr_arg {
     int64_t hd, n_head, n_tok, pos0, n_ctx;
     int rope_mode, n_dims;
@@ -877,7 +879,8 @@ static void build_norm_rope(tsl_context *ctx, vkt_case *c, const void *arg, bool
  * the normed rows and the rope has no frequency factors; apart otherwise.
  * Values against the CPU's nodes either way; a position past the cache is
  * the set_rows node's error, as apart; the fused kernel failing to build
- * leaves the nodes apart, with the same results. */
+ * leaves the nodes apart, with the same results; on a device without
+ * shaderFloat64 the float variant takes the norm the same way. */
 static void test_norm_rope(void) {
     vkt_stat st = {.name = "norm into the rope"};
     static const nr_arg cases[] = {
@@ -914,6 +917,16 @@ static void test_norm_rope(void) {
         g_expected_validation_errors += vkt_check_disp(&st, build_norm_rope, &cases[v], 1992 + v, 2e-3, 2e-3, names[v], 2);
         CHECK(vk_test_set_kernel(g_vk, names[v], NULL, 0, NULL, &err) == TSL_SUCCESS);
     }
+    /* on a device without shaderFloat64 (TSL_VULKAN_NO_FLOAT64): the float
+     * variant takes the norm the same way (rope_norm_f32_fp32); the store
+     * into the cache, fused only with angles in double, apart */
+    tsl_vulkan_device_info info;
+    CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);
+    if (vk_remake(info.index, (const char *[]){"TSL_VULKAN_NO_FLOAT64", "1", NULL})) {
+        vkt_check_disp(&st, build_norm_rope, &cases[2], 1995, 2e-3, 2e-3, "no float64", 1);
+        vkt_check_disp(&st, build_norm_rope, &cases[1], 1996, 2e-3, 2e-3, "no float64, into the cache", 2);
+    }
+    vk_remake(info.index, (const char *[]){NULL});
     vkt_print(&st);
 }
 
