@@ -584,7 +584,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         double theta = pow(base, -2.0 / n_dims);
         float hi = (float)theta, lo = (float)(theta - (double)hi);
         /* rope_norm: the norm's source x in the rope input's place (its
-         * shape; strides its own) and w at binding 2 (no factors then) */
+         * shape; strides its own) and w, the MUL's weight (the rope's
+         * source is that MUL: vk_norm_rope), at binding 2 (no factors then) */
         const tsl_tensor *w = x->norm ? n->src[0]->src[1] : NULL;
         if (x->norm) a = x->norm->src[0];
         p = put_ne(p, a);
@@ -621,8 +622,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
             *p++ = (uint32_t)x->index;
         }
         if (x->norm) {
-            pc[30] = f2u(op_get_f32(x->norm, 0)); /* eps, the word before the progress word's */
-            p = pc + 31;
+            pc[VK_PC_NODE - 1] = f2u(op_get_f32(x->norm, 0)); /* eps, the word before the progress word's */
+            p = pc + VK_PC_NODE;
             vk_grid(d, (uint64_t)tsl_nrows(a), grid); /* a workgroup per row */
             break;
         }

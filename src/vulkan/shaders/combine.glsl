@@ -13,8 +13,8 @@
  * Before including: CMB_WG (invocations), CMB_P (the array the partials are
  * read from), CMB_OUT (the output's) and CMB_OUT_ON (whether it is written:
  * attn_dec1 leaves an output nothing reads but through its quantized copy),
- * and with CMB_QOUT CMB_Q (the quantized column's, uint words). GLSL functions cannot take buffers: the arrays are
- * named by macro.
+ * and with CMB_QOUT CMB_Q (the quantized column's, uint words). GLSL
+ * functions cannot take buffers: the arrays are named by macro.
  */
 #define SPLIT_MAX 64u /* vk_attn_split's most ranges */
 #define CR 8u         /* ranges' values in flight per invocation */
