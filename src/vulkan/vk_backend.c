@@ -750,6 +750,8 @@ static bool vk_fuse_norm_rope(vk_backend *be, const tsl_tensor *const *keys, con
     vk_exec *m = &be->exec[w - 1];
     const int k = vk_norm_rope(m, r);
     if (k < 0 || !vk_fuse_once(keys, uses, set, m->node)) return false;
+    _Static_assert(VK_K_ROPE_NORM_F32_FP32 == VK_K_ROPE_NORM_F32 + 1 && VK_K_ROPE_NORM_SET_ROWS_F16 == VK_K_ROPE_NORM_F32 + 2,
+                   "the three rope_norm kernels are consecutive (vk.h): pipes[] is indexed by them");
     const int slot = k - VK_K_ROPE_NORM_F32;
     vk_device *d = be->dev;
     if (!pipes[slot] && !failed[slot]) {
