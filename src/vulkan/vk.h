@@ -472,6 +472,8 @@ typedef struct vk_exec {
     int kernel;      /* vk_kernel_id */
     VkPipeline pipe;
     VkPipeline pipe2; /* a kernel dispatched first (the integer-dot mat-vec's column quantizer) */
+    VkPipeline cvt;   /* a converting product's (vk_mm_conv): the activations' copy to F16, dispatched first */
+    VkPipeline wcvt;  /* ... and its weights' (vk_mm_wconv), dispatched before that */
     /* fusion (vk_backend.c): rms_norm_mul, the RMS_NORM node this MUL
      * absorbed (its eps); an integer-dot mat-vec, the ADD it absorbed, whose
      * other operand (the residual) is rb and whose output is b[3] */
@@ -524,6 +526,24 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
 #define VK_ASCR_CNT_BYTES ((VkDeviceSize)16u << 10)
 #define VK_ASCR_CNT_WORD ((uint32_t)((VK_ASCR_SIZE - (48u << 10) - VK_ASCR_CNT_BYTES) / 4))
 #define VK_ASCR_Q8_WORD ((uint32_t)((VK_ASCR_SIZE - (48u << 10)) / 4))
+/* mul_mat kernels that read F16 activations where the node's are F32
+ * (vk_kernels_mm.h, VK_MM_CV_SET): the backend first rounds the node's
+ * activations to F16 into a scratch of VK_HSCR_SIZE bytes (cpy_f32_f16),
+ * which binding 1 then reads. Is kernel one; the copy's bytes for node n;
+ * the copy's dense F16 shape as a tensor (src[0] the activations, for the
+ * copy's parameters). */
+#define VK_HSCR_SIZE ((VkDeviceSize)64 << 20)
+bool vk_mm_conv(int kernel);
+uint64_t vk_mm_conv_bytes(const tsl_tensor *n);
+void vk_mm_conv_tensor(const tsl_tensor *n, tsl_tensor *h);
+/* ... and those of them whose Q8_0 / Q4_0 weights go to F16 first, into a
+ * scratch of at most VK_WSCR_SIZE bytes (cpy_q8_0_f16 / cpy_q4_0_f16),
+ * which binding 0 then reads: is kernel one; the copy's bytes; its
+ * dense F16 shape (src[0] the weights). */
+#define VK_WSCR_SIZE ((VkDeviceSize)128 << 20)
+bool vk_mm_wconv(int kernel);
+uint64_t vk_mm_wconv_bytes(const tsl_tensor *n);
+void vk_mm_wconv_tensor(const tsl_tensor *n, tsl_tensor *h);
 /* Is kernel attn_dec1 (decode attention in one dispatch)? */
 static inline bool vk_is_attn1(int kernel) {
     return kernel == VK_K_ATTN_DEC1_F16 || kernel == VK_K_ATTN_DEC1_F16_MASK_F32 || kernel == VK_K_ATTN_DEC1_F16_MASK_F16;

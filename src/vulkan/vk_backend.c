@@ -186,6 +186,13 @@ typedef struct vk_slot {
     bool zero_cnt; /* an attn_dec1 is recorded: the command buffer zeroes its counters first */
     int64_t q_ne[TSL_MAX_DIMS];
     size_t q_nb[TSL_MAX_DIMS];
+    /* the activations the F16 scratch holds (a converting product's), as
+     * for the column: their binding and shape; h_valid until something
+     * writes over them or over the scratch */
+    bool h_valid;
+    vk_bind h_src;
+    int64_t h_ne[TSL_MAX_DIMS];
+    size_t h_nb[TSL_MAX_DIMS];
     uint64_t dispatches, barriers;
     uint64_t set_dispatches; /* of those, bound through an ordinary descriptor set (vk_kernel.sets) */
     uint32_t levels; /* dispatches that start a level (after a barrier, or the first) */
@@ -252,6 +259,10 @@ struct vk_backend {
     vk_buf *qscr;
     /* decode attention's partials (VK_ASCR_SIZE bytes; made on first use) */
     vk_buf *ascr;
+    /* a converting product's F16 activations and weights (at most
+     * VK_HSCR_SIZE and VK_WSCR_SIZE bytes; made on first use at the size
+     * needed, larger when a compute needs more, again after a recovery) */
+    vk_buf *hscr, *wscr;
 
     /* status words kernels write data errors into (host-visible) */
     VkBuffer sbuf;
@@ -485,6 +496,39 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
     x->kernel = id;
     x->pipe = pipe;
     x->pipe2 = VK_NULL_HANDLE;
+    x->cvt = x->wcvt = VK_NULL_HANDLE;
+    if (vk_mm_conv(id)) {
+        /* the copies to F16 run first: their failure is this kernel's */
+        const bool w = vk_mm_wconv(id);
+        const int ck[2] = {VK_K_CPY_F32_F16, node->src[0]->type == TSL_TYPE_Q8_0 ? VK_K_CPY_Q8_0_F16 : VK_K_CPY_Q4_0_F16};
+        VkPipeline *cp[2] = {&x->cvt, &x->wcvt};
+        vk_buf **scr[2] = {&be->hscr, &be->wscr};
+        const uint64_t need[2] = {vk_mm_conv_bytes(node), w ? vk_mm_wconv_bytes(node) : 0};
+        for (int j = 0; j < (w ? 2 : 1); j++) {
+            const vk_kernel *k = NULL;
+            *cp[j] = vk_kernel_get(d, ck[j], &k);
+            if (!*cp[j]) {
+                vk_kernel_record(be, i, node, ck[j], k, &rec);
+                backend_kernel_fail(&be->base, kname, &rec);
+                ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
+                return false;
+            }
+            /* nothing of this backend runs now (vk_compute finished what
+             * was pending): a scratch too small is replaced */
+            if (!*scr[j] || (*scr[j])->gen != d->gen || (*scr[j])->size < need[j]) {
+                vk_mem_free(d, *scr[j]); /* one of a device recovery replaced: a record only */
+                *scr[j] = NULL;
+                tsl_error aerr;
+                const VkDeviceSize sz = (need[j] + ((VkDeviceSize)1 << 20) - 1) & ~(((VkDeviceSize)1 << 20) - 1);
+                *scr[j] = vk_mem_alloc(d, sz, be->name, &aerr);
+                if (!*scr[j]) {
+                    ledger_record(TSL_ALLOC_FAILED, i, node, "the scratch of %s (%llu bytes) for kernel '%s': %s",
+                                  be->name, (unsigned long long)sz, kname, aerr.message);
+                    return false;
+                }
+            }
+        }
+    }
     if (vk_mm_needs_quant(id)) {
         /* the column quantizer runs first: its failure is this kernel's */
         const vk_kernel *qk = NULL;
@@ -535,7 +579,10 @@ static int vk_resolve(vk_backend *be, tsl_graph *g, uint64_t compute) {
         for (int j = 0; j < 4 && ok; j++) {
             const tsl_tensor *t = j < 3 ? node->src[j] : node;
             if (!es[j] || !t) continue;
-            ok = vk_bind_tensor(be, i, node, t, es[j], &x->b[j]);
+            /* a converting product's kernel reads F16 at 1, from the
+             * scratch; the node's F32 activations are its copy's source */
+            const int e = j == 1 && x->cvt ? 4 : es[j];
+            ok = vk_bind_tensor(be, i, node, t, e, &x->b[j]);
             bytes += (double)tsl_nbytes(t);
         }
         if (!ok) continue;
@@ -1035,6 +1082,9 @@ static void vk_track(vk_slot *sl, const vk_exec *x) {
      * scratch's bytes that hold it: stale */
     const vk_bind *w = &x->b[VK_BIND_DST];
     if (sl->q_valid && w->blk == sl->q_src.blk && w->lo < sl->q_src.hi && sl->q_src.lo < w->hi) sl->q_valid = false;
+    /* likewise the activations the F16 scratch holds: a write over them
+     * (the scratch itself only their copy writes) */
+    if (sl->h_valid && w->blk == sl->h_src.blk && w->lo < sl->h_src.hi && sl->h_src.lo < w->hi) sl->h_valid = false;
     const vk_bind *ws[3] = {w, x->qout ? &x->b[2] : NULL, x->bx.blk ? &x->bx : NULL};
     for (int j = 0; j < 3 && sl->q_valid; j++)
         if (ws[j] && ws[j]->blk == sl->q_at.blk && ws[j]->lo < sl->q_at.hi && sl->q_at.lo < ws[j]->hi)
@@ -1267,6 +1317,57 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
         if (r == VK_SUCCESS && x->qout) vk_note_column(sl, x, xb.b[2]);
         return r;
     }
+    if (x->cvt) {
+        /* a converting product: the activations (b[1]) copied to F16 into
+         * the scratch first, unless it holds them already (a product
+         * before this one read the same activations: q, k and v), then the
+         * product reading the copy at binding 1 */
+        const tsl_tensor *b = x->node->src[1];
+        const vk_bind hb = vk_buf_bind(be->hscr);
+        const vk_bind *xb = &x->b[1];
+        const bool have = sl->h_valid && sl->h_src.blk == xb->blk && sl->h_src.off == xb->off &&
+                          sl->h_src.eoff == xb->eoff && sl->h_src.lo == xb->lo && sl->h_src.hi == xb->hi &&
+                          memcmp(sl->h_ne, b->ne, sizeof sl->h_ne) == 0 && memcmp(sl->h_nb, b->nb, sizeof sl->h_nb) == 0;
+        if (!have) {
+            tsl_tensor h;
+            vk_mm_conv_tensor(x->node, &h);
+            vk_exec xc = *x;
+            xc.node = &h;
+            xc.kernel = VK_K_CPY_F32_F16;
+            xc.b[0] = x->b[1];
+            xc.b[1] = xc.b[2] = (vk_bind){0};
+            xc.b[VK_BIND_DST] = hb;
+            xc.bx = (vk_bind){0};
+            uint32_t pcsize = vk_op_params(d, &xc, pc, grid);
+            VkResult r = vk_encode_dispatch(be, sl, &xc, x->cvt, pc, pcsize, grid);
+            if (r != VK_SUCCESS) return r;
+            sl->h_valid = true;
+            sl->h_src = x->b[1];
+            memcpy(sl->h_ne, b->ne, sizeof sl->h_ne);
+            memcpy(sl->h_nb, b->nb, sizeof sl->h_nb);
+        }
+        vk_exec xp = *x;
+        xp.b[1] = hb;
+        if (x->wcvt) {
+            /* the weights dequantized to F16 into their scratch (a
+             * product's weights are its own: no reuse) */
+            tsl_tensor h;
+            vk_mm_wconv_tensor(x->node, &h);
+            const vk_bind wb = vk_buf_bind(be->wscr);
+            vk_exec xw = *x;
+            xw.node = &h;
+            xw.kernel = h.src[0]->type == TSL_TYPE_Q8_0 ? VK_K_CPY_Q8_0_F16 : VK_K_CPY_Q4_0_F16;
+            xw.b[1] = xw.b[2] = (vk_bind){0};
+            xw.b[VK_BIND_DST] = wb;
+            xw.bx = (vk_bind){0};
+            uint32_t pcsize = vk_op_params(d, &xw, pc, grid);
+            VkResult r = vk_encode_dispatch(be, sl, &xw, x->wcvt, pc, pcsize, grid);
+            if (r != VK_SUCCESS) return r;
+            xp.b[0] = wb;
+        }
+        uint32_t pcsize = vk_op_params(d, &xp, pc, grid);
+        return vk_encode_dispatch(be, sl, &xp, x->pipe, pc, pcsize, grid);
+    }
     if (!x->pipe2) {
         uint32_t pcsize = vk_op_params(d, x, pc, grid);
         VkResult r = vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
@@ -1331,6 +1432,7 @@ static void vk_encode_slot(vk_backend *be, int s) {
     sl->levels = 0;
     sl->n_spans = 0;
     sl->q_valid = false;
+    sl->h_valid = false;
     sl->zero_cnt = false;
     sl->n_tape = 0;
     sl->reused = false;
@@ -2744,6 +2846,13 @@ static void vk_free(tsl_backend *b) {
         else free(be->qscr); /* its memory stays with the unfinished work */
         be->qscr = NULL;
     }
+    vk_buf **scr[2] = {&be->hscr, &be->wscr};
+    for (int j = 0; j < 2; j++)
+        if (*scr[j]) {
+            if (clean) vk_mem_free(d, *scr[j]);
+            else free(*scr[j]); /* its memory stays with the unfinished work */
+            *scr[j] = NULL;
+        }
     for (int s = 0; s < VK_MAX_CB; s++) {
         free(be->slots[s].dpools);
         free(be->slots[s].tape);

@@ -196,6 +196,39 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
     VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_128X64W128, "mul_mat_cm2_f16_" btn "_128x64w128", "mul_mat_cm2_f16_" btn,   \
              F16, bt, 128, 128, 64, 64)
 
+/* Q8_0 / Q4_0 weights times F32 activations on the F16 x F16 kernels (see
+ * VK_MM_CV_SET): the weights dequantized to F16 into a second scratch
+ * first too (vk_mm_wconv), binding 0 then reading that */
+#define VK_MM_CVQ_SET(Y, X, t, tn)                                                                                   \
+    Y(X, MUL_MAT_CM2_##t##_F32C_128X128K64, "mul_mat_cm2_" tn "_f32c_128x128k64", 2, 2, "mul_mat_cm2_f16_f16", CM2, \
+      t, F32, 256, 128, 128, 64, 0, 0)                                                                              \
+    Y(X, MUL_MAT_CM2_##t##_F32C, "mul_mat_cm2_" tn "_f32c", 2, 2, "mul_mat_cm2_f16_f16", CM2, t, F32, 256, 128, 256, \
+      32, 0, 0)                                                                                                     \
+    Y(X, MUL_MAT_CM2_##t##_F32C_128X128W128, "mul_mat_cm2_" tn "_f32c_128x128w128", 2, 2, "mul_mat_cm2_f16_f16",    \
+      CM2, t, F32, 128, 128, 128, 32, 0, 0)                                                                         \
+    Y(X, MUL_MAT_CMEMU_##t##_F32C, "mul_mat_cmemu_" tn "_f32c", 2, 2, "mul_mat_cmemu_f16_f16", CMEMU, t, F32, 128, 2, \
+      2, 2, 2, 32)
+/* F16 weights times F32 activations on the F16 x F16 kernels (the blobs
+ * of mul_mat_cm2_f16_f16 and mul_mat_cmemu_f16_f16): the backend first
+ * rounds the activations to F16 into a scratch, which binding 1 then
+ * reads (esize 2; vk_mm_conv). The workgroup-scope kernels ran F16 x F16
+ * 4096^3 at 272 TFLOP/s on the H200 against 204 for the subgroup-scope
+ * tile that reads F32 activations itself (bench/RESULTS.md, runs 90-92);
+ * through the copies 256 (F16), 217 (Q8_0) and 216 (Q4_0) against 204,
+ * 119 and 125 (run 104). The emulated ones are there to test the path on
+ * devices without them. */
+#define VK_MM_CV_SET(Y, X)                                                                                          \
+    Y(X, MUL_MAT_CM2_F16_F32C_128X128K64, "mul_mat_cm2_f16_f32c_128x128k64", 2, 2, "mul_mat_cm2_f16_f16", CM2, F16, \
+      F32, 256, 128, 128, 64, 0, 0)                                                                                \
+    Y(X, MUL_MAT_CM2_F16_F32C, "mul_mat_cm2_f16_f32c", 2, 2, "mul_mat_cm2_f16_f16", CM2, F16, F32, 256, 128, 256,   \
+      32, 0, 0)                                                                                                    \
+    Y(X, MUL_MAT_CM2_F16_F32C_128X128W128, "mul_mat_cm2_f16_f32c_128x128w128", 2, 2, "mul_mat_cm2_f16_f16", CM2,    \
+      F16, F32, 128, 128, 128, 32, 0, 0)                                                                           \
+    Y(X, MUL_MAT_CMEMU_F16_F32C, "mul_mat_cmemu_f16_f32c", 2, 2, "mul_mat_cmemu_f16_f16", CMEMU, F16, F32, 128, 2, \
+      2, 2, 2, 32)                                                                                                 \
+    VK_MM_CVQ_SET(Y, X, Q8_0, "q8_0")                                                                              \
+    VK_MM_CVQ_SET(Y, X, Q4_0, "q4_0")
+
 #define VK_MM_LIST(Y, X)                                                                                         \
     VK_MM_T(Y, X, MUL_MAT_F32, "mul_mat_f32_f32", 4, 4, F32, F32)                                                \
     VK_MM_T(Y, X, MUL_MAT_F16, "mul_mat_f16_f32", 2, 4, F16, F32)                                                \
@@ -291,7 +324,8 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
             2, 2, 2, 2, 32)                                                                                      \
     VK_MM_C(Y, X, MUL_MAT_CMEMU_F16_F16, "mul_mat_cmemu_f16_f16", "mul_mat_cmemu_f16_f16", CMEMU, F16, F16, 128,   \
             2, 2, 2, 2, 32)                                                                                      \
-    VK_MM_CM2_SET(Y, X, _F16, F16, "f16")
+    VK_MM_CM2_SET(Y, X, _F16, F16, "f16")                                                                          \
+    VK_MM_CV_SET(Y, X)
 
 #define VK_MM_AS_KERNEL(X, id, name, e0, e1, blob, fam, t, bt, s0, s1, s2, s3, s4, s5) X(id, name, e0, e1, 0, 4)
 #define VK_KERNELS_MM(X) VK_MM_LIST(VK_MM_AS_KERNEL, X)

@@ -19,6 +19,12 @@
  *                  results within 2^-11 * sum |a b| of exact
  *   N >= 32, Q8_0 / Q4_0   the same, the weights dequantized to F16 as the
  *                  tiles are staged (one more F16 rounding)
+ *   N > 64 (F16), N >= 128 (Q8_0 / Q4_0), F32 activations, whole tiles,
+ *                  on devices with workgroup-scope cooperative matrices:
+ *                  first those kernels (*_f32c), the activations (and
+ *                  block weights) copied to F16 into scratches before the
+ *                  product (vk_mm_conv, vk_mm_wconv; the same roundings):
+ *                  4096^3 at 216-256 TFLOP/s on the H200 against 119-204
  *   otherwise      the tiled kernel (mul_mat_*), which runs anywhere
  * Activations are F32, or F16 with F16 weights (the *_f16_f16 kernels).
  * each followed by the tiled kernel, taken when the device cannot run the
@@ -59,6 +65,38 @@ const vk_mm_info *vk_mm_info_of(int id) {
 
 bool vk_mm_kernel(int kernel) { return vk_mm_info_of(kernel) != NULL; }
 
+bool vk_mm_conv(int kernel) {
+    const vk_mm_info *v = vk_mm_info_of(kernel);
+    return v && v->btype == TSL_TYPE_F32 && vk_kernel_descs[kernel].esize[1] == 2;
+}
+
+uint64_t vk_mm_conv_bytes(const tsl_tensor *n) { return (uint64_t)tsl_nelements(n->src[1]) * 2u; }
+
+bool vk_mm_wconv(int kernel) {
+    return vk_mm_conv(kernel) &&
+           (vk_mm_info_of(kernel)->type == TSL_TYPE_Q8_0 || vk_mm_info_of(kernel)->type == TSL_TYPE_Q4_0);
+}
+
+uint64_t vk_mm_wconv_bytes(const tsl_tensor *n) { return (uint64_t)tsl_nelements(n->src[0]) * 2u; }
+
+/* Source j of node n as the dense F16 copy a converting kernel reads. */
+static void vk_mm_f16_copy(const tsl_tensor *n, int j, tsl_tensor *h) {
+    const tsl_tensor *b = n->src[j];
+    memset(h, 0, sizeof *h);
+    h->type = TSL_TYPE_F16;
+    h->op = TSL_OP_CPY;
+    h->src[0] = (tsl_tensor *)b;
+    for (int i = 0; i < TSL_MAX_DIMS; i++) {
+        h->ne[i] = b->ne[i];
+        h->nb[i] = i == 0 ? 2u : h->nb[i - 1] * (size_t)h->ne[i - 1];
+    }
+}
+
+/* The activations (b) of node n as the F16 copy a converting kernel reads
+ * (vk_mm_conv); its weights (a) as their F16 copy (vk_mm_wconv). */
+void vk_mm_conv_tensor(const tsl_tensor *n, tsl_tensor *h) { vk_mm_f16_copy(n, 1, h); }
+void vk_mm_wconv_tensor(const tsl_tensor *n, tsl_tensor *h) { vk_mm_f16_copy(n, 0, h); }
+
 bool vk_mm_optional(int id) {
     const vk_mm_info *v = vk_mm_info_of(id);
     return v && (v->family == VK_MM_CM || v->family == VK_MM_CM2);
@@ -72,6 +110,9 @@ enum {
      * dequantizing a 128-row tile per K step pays only over enough columns
      * (and fewer stay on the tiled kernel: F32 arithmetic, no F16 rounding) */
     VK_MM_CM_MIN_N_QUANT = 32,
+    /* ... and to the workgroup-scope kernels through their F16 copy from
+     * this many */
+    VK_MM_CM2_MIN_N_QUANT = 128,
     /* fewest workgroups for a tile larger than 128x128 (see vk_mm_candidates) */
     VK_MM_CM_BIG_GRID = 256,
 };
@@ -177,9 +218,13 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
         /* whole tiles only, K-contiguous operands with 16-byte strides
          * (mul_mat_cm2.comp has no edge path) */
         const int64_t K = a->ne[0];
-        if (M % bm != 0 || N % bn != 0 || K % (4 * (int64_t)bk) != 0 || b->nb[0] != 2) return false;
+        /* activations to convert are read by the conversion, any layout;
+         * its dense F16 copy has 16-byte strides where 4 BK divides K */
+        const bool cv = vk_mm_conv(id), wcv = vk_mm_wconv(id);
+        if (M % bm != 0 || N % bn != 0 || K % (4 * (int64_t)bk) != 0 || (!cv && b->nb[0] != 2)) return false;
+        if ((cv && vk_mm_conv_bytes(n) > VK_HSCR_SIZE) || (wcv && vk_mm_wconv_bytes(n) > VK_WSCR_SIZE)) return false;
         for (int i = 1; i < TSL_MAX_DIMS; i++)
-            if (a->nb[i] % 16 != 0 || b->nb[i] % 16 != 0 || n->nb[i] % 16 != 0) return false;
+            if ((!wcv && a->nb[i] % 16 != 0) || (!cv && b->nb[i] % 16 != 0) || n->nb[i] % 16 != 0) return false;
         return (uint64_t)(M + bm - 1) / bm <= lim->maxComputeWorkGroupCount[0] &&
                (uint64_t)(N + bn - 1) / bn <= lim->maxComputeWorkGroupCount[1];
     }
@@ -191,6 +236,8 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
         vk_mm_cm_tile(v, &bm, &bn);
         const uint32_t bk = v->spec[5] & 255u;
         if (w != 32u * v->spec[1] * v->spec[2] || bk % 16u != 0 || bk == 0 || v->spec[5] > 511u) return false;
+        if (vk_mm_conv(id) && vk_mm_conv_bytes(n) > VK_HSCR_SIZE) return false;
+        if (vk_mm_wconv(id) && vk_mm_wconv_bytes(n) > VK_WSCR_SIZE) return false;
         return (uint64_t)(M + bm - 1) / bm <= lim->maxComputeWorkGroupCount[0] &&
                (uint64_t)(N + bn - 1) / bn <= lim->maxComputeWorkGroupCount[1];
     }
@@ -289,10 +336,22 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
          * where its grid still fills the GPU twice over (264 workgroups;
          * 4096 x 4096 gives 512), else the smaller one's wider grid. */
         const bool wide = (a->ne[1] / 128) * (N / 256) * b->ne[2] * b->ne[3] >= 264;
-        const int cm2[] = {VK_K_MUL_MAT_CM2_F16_F16_128X128K64,
-                           wide ? VK_K_MUL_MAT_CM2_F16_F16 : VK_K_MUL_MAT_CM2_F16_F16_128X128W128,
-                           wide ? VK_K_MUL_MAT_CM2_F16_F16_128X128W128 : VK_K_MUL_MAT_CM2_F16_F16};
-        for (size_t i = 0; bt == TSL_TYPE_F16 && N > 64 && i < sizeof cm2 / sizeof cm2[0]; i++) {
+        /* F32 activations: the same kernels, the activations rounded to
+         * F16 into a scratch first (vk_mm_conv; the subgroup-scope tile
+         * below rounds them as it stages, the same values) */
+        /* Q8_0 / Q4_0 weights: the same, the weights dequantized to F16
+         * into a scratch first too (vk_mm_wconv), from VK_MM_CM2_MIN_N_QUANT
+         * columns, where that pass is small beside the product */
+        static const int cm2s[4][3] = {
+            {VK_K_MUL_MAT_CM2_F16_F16_128X128K64, VK_K_MUL_MAT_CM2_F16_F16, VK_K_MUL_MAT_CM2_F16_F16_128X128W128},
+            {VK_K_MUL_MAT_CM2_F16_F32C_128X128K64, VK_K_MUL_MAT_CM2_F16_F32C, VK_K_MUL_MAT_CM2_F16_F32C_128X128W128},
+            {VK_K_MUL_MAT_CM2_Q8_0_F32C_128X128K64, VK_K_MUL_MAT_CM2_Q8_0_F32C, VK_K_MUL_MAT_CM2_Q8_0_F32C_128X128W128},
+            {VK_K_MUL_MAT_CM2_Q4_0_F32C_128X128K64, VK_K_MUL_MAT_CM2_Q4_0_F32C, VK_K_MUL_MAT_CM2_Q4_0_F32C_128X128W128},
+        };
+        const int *c2 = cm2s[bt == TSL_TYPE_F16 ? 0 : t == TSL_TYPE_F16 ? 1 : t == TSL_TYPE_Q8_0 ? 2 : 3];
+        const int cm2[] = {c2[0], wide ? c2[1] : c2[2], wide ? c2[2] : c2[1]};
+        const bool on = t == TSL_TYPE_F16 ? N > 64 : N >= VK_MM_CM2_MIN_N_QUANT;
+        for (size_t i = 0; on && i < sizeof cm2 / sizeof cm2[0]; i++) {
             if (vk_mm_applies(d, cm2[i], n) && d->k[cm2[i]].runnable) {
                 cand[k++] = cm2[i];
                 break;
@@ -388,6 +447,18 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     uint32_t *p = pc;
     memset(pc, 0, VK_PC_WORDS * sizeof *pc);
     const int64_t M = a->ne[1], N = b->ne[1], K = a->ne[0];
+    /* what a converting kernel reads: the activations' dense F16 copy,
+     * bound at 1, and the weights' where they are converted too, bound at
+     * 0 (vk_encode_node) */
+    tsl_tensor hb, ha;
+    if (vk_mm_conv(x->kernel)) {
+        vk_mm_conv_tensor(n, &hb);
+        b = &hb;
+    }
+    if (vk_mm_wconv(x->kernel)) {
+        vk_mm_wconv_tensor(n, &ha);
+        a = &ha;
+    }
     *p++ = vk_u32(M);
     *p++ = vk_u32(N);
     *p++ = vk_u32(K);

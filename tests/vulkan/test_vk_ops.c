@@ -764,6 +764,61 @@ static void test_fusion(void) {
     vkt_print(&sb);
 }
 
+/* ---- products on F16 copies of their activations -------------------------------- */
+
+typedef struct cv_arg {
+    tsl_type wt;
+    int64_t k, m, n;
+    int mode; /* 0: add(mul_mat(w1, x), mul_mat(w2, x)); 1: between the two, rows 1 and 3 of x set anew
+                 (set_rows into x itself) */
+} cv_arg;
+
+static void build_cv(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    (void)ref;
+    const cv_arg *a = arg;
+    tsl_tensor *x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->k, a->n, 1, 1);
+    tsl_tensor *w1 = vkt_weight(ctx, c, a->wt, false, a->k, a->m, 1, 1);
+    tsl_tensor *w2 = vkt_weight(ctx, c, a->wt, false, a->k, a->m, 1, 1);
+    tsl_tensor *p1 = tsl_mul_mat(ctx, w1, x);
+    tsl_tensor *x2 = x;
+    if (a->mode == 1) {
+        tsl_tensor *rows = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 4, a->k, 2, 1, 1);
+        tsl_tensor *idx = vkt_input(ctx, c, IN_SEQ, TSL_TYPE_I32, 1, 2, 1, 1, 1);
+        x2 = tsl_set_rows(ctx, x, rows, idx, 1);
+    }
+    c->out = tsl_add(ctx, p1, tsl_mul_mat(ctx, w2, x2));
+}
+
+/* F16, Q8_0 and Q4_0 weights times F32 activations through a kernel that
+ * reads F16 ones (the workgroup-scope kernels on devices that have them;
+ * here the emulated tile, forced): the activations are copied to F16 once
+ * for the products that read them, again after something writes over
+ * them; block weights are dequantized to F16 before each product; a
+ * compute that needs more scratch than the last gets it; and the results
+ * are the CPU's (which rounds the activations to F16 for F16 weights, and
+ * quantizes them to Q8_0 for block weights: tolerances to match). */
+static void test_conv_products(void) {
+    vkt_stat st = {.name = "products on F16 copies"};
+    setenv("TSL_VK_MM_VARIANT", "mul_mat_cmemu_f16_f32c,mul_mat_cmemu_q8_0_f32c,mul_mat_cmemu_q4_0_f32c", 1);
+    static const cv_arg cases[] = {
+        {TSL_TYPE_F16, 96, 80, 70, 0},   {TSL_TYPE_F16, 256, 64, 130, 0},  {TSL_TYPE_F16, 96, 80, 70, 1},
+        {TSL_TYPE_Q4_0, 96, 80, 70, 0},  {TSL_TYPE_Q8_0, 256, 64, 130, 1}, {TSL_TYPE_F16, 1024, 64, 600, 0},
+        {TSL_TYPE_Q4_0, 1024, 64, 600, 1},
+    };
+    /* the copy, two products, the ADD; a second copy after the set_rows;
+     * block weights: their copy before each product */
+    static const uint64_t want[] = {4, 4, 6, 6, 8, 4, 8};
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s k %lld m %lld n %lld mode %d", tsl_type_name(cases[i].wt),
+                 (long long)cases[i].k, (long long)cases[i].m, (long long)cases[i].n, cases[i].mode);
+        const double tol = (cases[i].wt == TSL_TYPE_F16 ? 1e-3 : 1e-2) * sqrt((double)cases[i].k);
+        vkt_check_disp(&st, build_cv, &cases[i], (unsigned long long)(2400 + i), tol, 2e-3, what, want[i]);
+    }
+    unsetenv("TSL_VK_MM_VARIANT");
+    vkt_print(&st);
+}
+
 /* ---- fusion: rotated keys straight into the cache ------------------------------------ */
 
 typedef struct rr_arg {
@@ -2070,6 +2125,7 @@ int main(void) {
     RUN(test_training_ops);
     RUN(test_block);
     RUN(test_fusion);
+    RUN(test_conv_products);
     RUN(test_rope_rows);
     RUN(test_norm_rope);
     RUN(test_attention);
