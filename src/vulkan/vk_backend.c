@@ -1281,6 +1281,25 @@ static void vk_note_column(vk_slot *sl, const vk_exec *x, vk_bind at) {
     }
 }
 
+/* Source j (0 the weights, 1 the activations) of converting product x
+ * copied to F16, dense, into scratch binding to, by kernel pipe
+ * (cpy_f32_f16, cpy_q8_0_f16 or cpy_q4_0_f16). */
+static VkResult vk_encode_f16_copy(vk_backend *be, vk_slot *sl, const vk_exec *x, int j, vk_bind to, VkPipeline pipe) {
+    uint32_t pc[VK_PC_WORDS], grid[3];
+    tsl_tensor h;
+    if (j == 0) vk_mm_wconv_tensor(x->node, &h);
+    else vk_mm_conv_tensor(x->node, &h);
+    const tsl_type st = h.src[0]->type;
+    vk_exec xc = *x;
+    xc.node = &h;
+    xc.kernel = st == TSL_TYPE_Q8_0 ? VK_K_CPY_Q8_0_F16 : st == TSL_TYPE_Q4_0 ? VK_K_CPY_Q4_0_F16 : VK_K_CPY_F32_F16;
+    xc.b[0] = x->b[j];
+    xc.b[1] = xc.b[2] = xc.bx = (vk_bind){0};
+    xc.b[VK_BIND_DST] = to;
+    const uint32_t pcsize = vk_op_params(be->dev, &xc, pc, grid);
+    return vk_encode_dispatch(be, sl, &xc, pipe, pc, pcsize, grid);
+}
+
 static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     vk_device *d = be->dev;
     uint32_t pc[VK_PC_WORDS], grid[3];
@@ -1320,50 +1339,28 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     if (x->cvt) {
         /* a converting product: the activations (b[1]) copied to F16 into
          * the scratch first, unless it holds them already (a product
-         * before this one read the same activations: q, k and v), then the
-         * product reading the copy at binding 1 */
+         * before this one read the same activations: q, k and v), block
+         * weights into theirs (a product's weights are its own: every
+         * time), then the product reading the copies */
         const tsl_tensor *b = x->node->src[1];
-        const vk_bind hb = vk_buf_bind(be->hscr);
         const vk_bind *xb = &x->b[1];
         const bool have = sl->h_valid && sl->h_src.blk == xb->blk && sl->h_src.off == xb->off &&
                           sl->h_src.eoff == xb->eoff && sl->h_src.lo == xb->lo && sl->h_src.hi == xb->hi &&
                           memcmp(sl->h_ne, b->ne, sizeof sl->h_ne) == 0 && memcmp(sl->h_nb, b->nb, sizeof sl->h_nb) == 0;
+        vk_exec xp = *x;
+        xp.b[1] = vk_buf_bind(be->hscr);
         if (!have) {
-            tsl_tensor h;
-            vk_mm_conv_tensor(x->node, &h);
-            vk_exec xc = *x;
-            xc.node = &h;
-            xc.kernel = VK_K_CPY_F32_F16;
-            xc.b[0] = x->b[1];
-            xc.b[1] = xc.b[2] = (vk_bind){0};
-            xc.b[VK_BIND_DST] = hb;
-            xc.bx = (vk_bind){0};
-            uint32_t pcsize = vk_op_params(d, &xc, pc, grid);
-            VkResult r = vk_encode_dispatch(be, sl, &xc, x->cvt, pc, pcsize, grid);
+            VkResult r = vk_encode_f16_copy(be, sl, x, 1, xp.b[1], x->cvt);
             if (r != VK_SUCCESS) return r;
             sl->h_valid = true;
             sl->h_src = x->b[1];
             memcpy(sl->h_ne, b->ne, sizeof sl->h_ne);
             memcpy(sl->h_nb, b->nb, sizeof sl->h_nb);
         }
-        vk_exec xp = *x;
-        xp.b[1] = hb;
         if (x->wcvt) {
-            /* the weights dequantized to F16 into their scratch (a
-             * product's weights are its own: no reuse) */
-            tsl_tensor h;
-            vk_mm_wconv_tensor(x->node, &h);
-            const vk_bind wb = vk_buf_bind(be->wscr);
-            vk_exec xw = *x;
-            xw.node = &h;
-            xw.kernel = h.src[0]->type == TSL_TYPE_Q8_0 ? VK_K_CPY_Q8_0_F16 : VK_K_CPY_Q4_0_F16;
-            xw.b[1] = xw.b[2] = (vk_bind){0};
-            xw.b[VK_BIND_DST] = wb;
-            xw.bx = (vk_bind){0};
-            uint32_t pcsize = vk_op_params(d, &xw, pc, grid);
-            VkResult r = vk_encode_dispatch(be, sl, &xw, x->wcvt, pc, pcsize, grid);
+            xp.b[0] = vk_buf_bind(be->wscr);
+            VkResult r = vk_encode_f16_copy(be, sl, x, 0, xp.b[0], x->wcvt);
             if (r != VK_SUCCESS) return r;
-            xp.b[0] = wb;
         }
         uint32_t pcsize = vk_op_params(d, &xp, pc, grid);
         return vk_encode_dispatch(be, sl, &xp, x->pipe, pc, pcsize, grid);
