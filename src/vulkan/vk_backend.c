@@ -520,7 +520,11 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
                 *scr[j] = NULL;
                 tsl_error aerr;
                 const VkDeviceSize sz = (need[j] + ((VkDeviceSize)1 << 20) - 1) & ~(((VkDeviceSize)1 << 20) - 1);
-                *scr[j] = vk_mem_alloc(d, sz, be->name, &aerr);
+                fault_site asite = {.compute = compute, .node = i, .tensor = node, .kernel = kname, .bytes = sz};
+                if (fault_plan_fire(be->base.faults, TSL_FAULT_ALLOC, &asite))
+                    error_set(&aerr, TSL_ALLOC_FAILED, be->name, be->device, -1, NULL, NULL, "injected fault");
+                else
+                    *scr[j] = vk_mem_alloc(d, sz, be->name, &aerr);
                 if (!*scr[j]) {
                     ledger_record(TSL_ALLOC_FAILED, i, node, "the scratch of %s (%llu bytes) for kernel '%s': %s",
                                   be->name, (unsigned long long)sz, kname, aerr.message);

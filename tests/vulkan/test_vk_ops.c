@@ -815,6 +815,40 @@ static void test_conv_products(void) {
         const double tol = (cases[i].wt == TSL_TYPE_F16 ? 1e-3 : 1e-2) * sqrt((double)cases[i].k);
         vkt_check_disp(&st, build_cv, &cases[i], (unsigned long long)(2400 + i), tol, 2e-3, what, want[i]);
     }
+    /* no memory for the weights' copy (an injected allocation fault where
+     * the scratch is made): the compute fails ALLOC_FAILED naming the
+     * product, nothing runs; the rule gone, the next compute has the CPU's
+     * values */
+    {
+        tsl_error err;
+        tsl_backend *fresh = tsl_backend_vulkan_new(-1, &err);
+        CHECK(fresh != NULL);
+        if (fresh) {
+            CHECK(tsl_backend_inject(fresh, "alloc@name=mul_mat_cmemu_q4_0_f32c", &err) == TSL_SUCCESS);
+            float *r = NULL;
+            int64_t nr = 0;
+            tsl_vulkan_stats s0, s1;
+            CHECK(tsl_backend_vulkan_stats(fresh, &s0) == TSL_SUCCESS);
+            const tsl_status st2 = vkt_run(fresh, build_cv, &cases[3], false, 2450, &r, &nr, &err);
+            CHECK(tsl_backend_vulkan_stats(fresh, &s1) == TSL_SUCCESS);
+            CHECKF(st2 == TSL_ALLOC_FAILED, "scratch refused: status %s", tsl_status_str(st2));
+            CHECK(tsl_backend_injected(fresh, TSL_FAULT_ALLOC) >= 1);
+            CHECKF(strstr(err.message, "mul_mat_cmemu_q4_0_f32c") != NULL, "the record names the kernel: %s",
+                   err.message);
+            CHECKF(s1.dispatches == s0.dispatches, "scratch refused: %llu dispatches ran",
+                   (unsigned long long)(s1.dispatches - s0.dispatches));
+            free(r);
+            tsl_backend_inject_clear(fresh);
+            vkt_stat sf = {.name = "products on F16 copies, after a refused scratch"};
+            tsl_backend *keep = g_vk;
+            g_vk = fresh;
+            vkt_check_disp(&sf, build_cv, &cases[3], 2451, 1e-2 * sqrt((double)cases[3].k), 2e-3, "scratch made",
+                           want[3]);
+            g_vk = keep;
+            vkt_print(&sf);
+            tsl_backend_free(fresh);
+        }
+    }
     unsetenv("TSL_VK_MM_VARIANT");
     vkt_print(&st);
 }
