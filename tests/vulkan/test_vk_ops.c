@@ -849,6 +849,31 @@ static void test_conv_products(void) {
             tsl_backend_free(fresh);
         }
     }
+    /* the weights' copy kernel failing to build (an entry point its module
+     * lacks): the product fails FAILED naming its own kernel with the
+     * driver's text, nothing submitted */
+    {
+        tsl_error err;
+        CHECK(vk_test_set_kernel(g_vk, "cpy_q4_0_f16", NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+        tsl_backend *fresh = tsl_backend_vulkan_new(-1, &err);
+        CHECK(fresh != NULL);
+        if (fresh) {
+            tsl_vulkan_stats s0, s1;
+            CHECK(tsl_backend_vulkan_stats(fresh, &s0) == TSL_SUCCESS);
+            float *r = NULL;
+            int64_t nr = 0;
+            const tsl_status st3 = vkt_run(fresh, build_cv, &cases[3], false, 2460, &r, &nr, &err);
+            CHECK(tsl_backend_vulkan_stats(fresh, &s1) == TSL_SUCCESS);
+            CHECKF(st3 == TSL_FAILED, "copy kernel broken: status %s", tsl_status_str(st3));
+            CHECKF(strcmp(err.kernel, "mul_mat_cmemu_q4_0_f32c") == 0, "the record names %s", err.kernel);
+            CHECKF(strstr(err.driver_text, "no_such_entry") != NULL, "driver text: %s", err.driver_text);
+            CHECK(s1.submits == s0.submits);
+            g_expected_validation_errors += s1.validation_errors - s0.validation_errors;
+            free(r);
+            tsl_backend_free(fresh);
+        }
+        CHECK(vk_test_set_kernel(g_vk, "cpy_q4_0_f16", NULL, 0, NULL, &err) == TSL_SUCCESS);
+    }
     unsetenv("TSL_VK_MM_VARIANT");
     vkt_print(&st);
 }
