@@ -454,6 +454,19 @@ static void vk_kernel_record(vk_backend *be, int i, const tsl_tensor *node, int 
  * on another backend of the device, or by injection) goes into this
  * backend's failure cache, so supports_op answers false for its nodes
  * until recovery rebuilds the kernels. */
+/* Kernel k, dispatched before node i's own kernel kname (a quantizer, a
+ * copy), into *out; its failure to build is kname's, recorded as such. */
+static bool vk_prior_kernel(vk_backend *be, int i, tsl_tensor *node, const char *kname, int k, VkPipeline *out) {
+    const vk_kernel *fk = NULL;
+    *out = vk_kernel_get(be->dev, k, &fk);
+    if (*out) return true;
+    tsl_error rec;
+    vk_kernel_record(be, i, node, k, fk, &rec);
+    backend_kernel_fail(&be->base, kname, &rec);
+    ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
+    return false;
+}
+
 static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tensor *node, vk_exec *x) {
     vk_device *d = be->dev;
     tsl_error rec;
@@ -498,21 +511,14 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
     x->pipe2 = VK_NULL_HANDLE;
     x->cvt = x->wcvt = VK_NULL_HANDLE;
     if (vk_mm_conv(id)) {
-        /* the copies to F16 run first: their failure is this kernel's */
+        /* the copies to F16 run first */
         const bool w = vk_mm_wconv(id);
         const int ck[2] = {VK_K_CPY_F32_F16, node->src[0]->type == TSL_TYPE_Q8_0 ? VK_K_CPY_Q8_0_F16 : VK_K_CPY_Q4_0_F16};
         VkPipeline *cp[2] = {&x->cvt, &x->wcvt};
         vk_buf **scr[2] = {&be->hscr, &be->wscr};
         const uint64_t need[2] = {vk_mm_conv_bytes(node), w ? vk_mm_wconv_bytes(node) : 0};
         for (int j = 0; j < (w ? 2 : 1); j++) {
-            const vk_kernel *k = NULL;
-            *cp[j] = vk_kernel_get(d, ck[j], &k);
-            if (!*cp[j]) {
-                vk_kernel_record(be, i, node, ck[j], k, &rec);
-                backend_kernel_fail(&be->base, kname, &rec);
-                ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
-                return false;
-            }
+            if (!vk_prior_kernel(be, i, node, kname, ck[j], cp[j])) return false;
             /* nothing of this backend runs now (vk_compute finished what
              * was pending): a scratch too small is replaced */
             if (!*scr[j] || (*scr[j])->gen != d->gen || (*scr[j])->size < need[j]) {
@@ -534,15 +540,8 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
         }
     }
     if (vk_mm_needs_quant(id)) {
-        /* the column quantizer runs first: its failure is this kernel's */
-        const vk_kernel *qk = NULL;
-        x->pipe2 = vk_kernel_get(d, VK_K_QUANTIZE_Q8_F32, &qk);
-        if (!x->pipe2) {
-            vk_kernel_record(be, i, node, VK_K_QUANTIZE_Q8_F32, qk, &rec);
-            backend_kernel_fail(&be->base, kname, &rec);
-            ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
-            return false;
-        }
+        /* the column quantizer runs first */
+        if (!vk_prior_kernel(be, i, node, kname, VK_K_QUANTIZE_Q8_F32, &x->pipe2)) return false;
         if (!be->qscr || be->qscr->gen != d->gen) {
             vk_mem_free(d, be->qscr); /* one of a device recovery replaced: a record only */
             tsl_error aerr;
@@ -1056,6 +1055,18 @@ static void vk_barrier(VkCommandBuffer cb, VkPipelineStageFlags src_stage, VkAcc
     vkCmdPipelineBarrier(cb, src_stage, dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
+/* Do bindings a and b share bytes? */
+static bool vk_overlap(const vk_bind *a, const vk_bind *b) {
+    return a->blk == b->blk && a->lo < b->hi && b->lo < a->hi;
+}
+
+/* Is binding b, read as tensor t's shape, what a scratch's record (src,
+ * ne, nb) says its copy was made from? */
+static bool vk_holds(const vk_bind *src, const int64_t *ne, const size_t *nb, const vk_bind *b, const tsl_tensor *t) {
+    return src->blk == b->blk && src->off == b->off && src->eoff == b->eoff && src->lo == b->lo && src->hi == b->hi &&
+           memcmp(ne, t->ne, sizeof t->ne) == 0 && memcmp(nb, t->nb, sizeof t->nb) == 0;
+}
+
 static bool vk_spans_hit(const vk_slot *sl, const vk_bind *b, bool against_reads) {
     for (int k = 0; k < sl->n_spans; k++) {
         const vk_span *s = &sl->spans[k];
@@ -1085,13 +1096,13 @@ static void vk_track(vk_slot *sl, const vk_exec *x) {
     /* a write over the column the scratch holds quantized, or over the
      * scratch's bytes that hold it: stale */
     const vk_bind *w = &x->b[VK_BIND_DST];
-    if (sl->q_valid && w->blk == sl->q_src.blk && w->lo < sl->q_src.hi && sl->q_src.lo < w->hi) sl->q_valid = false;
+    if (sl->q_valid && vk_overlap(w, &sl->q_src)) sl->q_valid = false;
     /* likewise the activations the F16 scratch holds: a write over them
      * (the scratch itself only their copy writes) */
-    if (sl->h_valid && w->blk == sl->h_src.blk && w->lo < sl->h_src.hi && sl->h_src.lo < w->hi) sl->h_valid = false;
+    if (sl->h_valid && vk_overlap(w, &sl->h_src)) sl->h_valid = false;
     const vk_bind *ws[3] = {w, x->qout ? &x->b[2] : NULL, x->bx.blk ? &x->bx : NULL};
     for (int j = 0; j < 3 && sl->q_valid; j++)
-        if (ws[j] && ws[j]->blk == sl->q_at.blk && ws[j]->lo < sl->q_at.hi && sl->q_at.lo < ws[j]->hi)
+        if (ws[j] && vk_overlap(ws[j], &sl->q_at))
             sl->q_valid = false;
 }
 
@@ -1347,10 +1358,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
          * weights into theirs (a product's weights are its own: every
          * time), then the product reading the copies */
         const tsl_tensor *b = x->node->src[1];
-        const vk_bind *xb = &x->b[1];
-        const bool have = sl->h_valid && sl->h_src.blk == xb->blk && sl->h_src.off == xb->off &&
-                          sl->h_src.eoff == xb->eoff && sl->h_src.lo == xb->lo && sl->h_src.hi == xb->hi &&
-                          memcmp(sl->h_ne, b->ne, sizeof sl->h_ne) == 0 && memcmp(sl->h_nb, b->nb, sizeof sl->h_nb) == 0;
+        const bool have = sl->h_valid && vk_holds(&sl->h_src, sl->h_ne, sl->h_nb, &x->b[1], b);
         vk_exec xp = *x;
         xp.b[1] = vk_buf_bind(be->hscr);
         if (!have) {
@@ -1390,9 +1398,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     vk_exec x2 = *x;
     x2.b[2] = qb;
     if (x->fused) x2.b[1] = x->rb; /* a fused ADD's residual: the mat-vec does not read b itself */
-    bool have = sl->q_valid && sl->q_src.blk == x->b[1].blk && sl->q_src.off == x->b[1].off &&
-                sl->q_src.eoff == x->b[1].eoff && sl->q_src.lo == x->b[1].lo && sl->q_src.hi == x->b[1].hi &&
-                memcmp(sl->q_ne, b->ne, sizeof sl->q_ne) == 0 && memcmp(sl->q_nb, b->nb, sizeof sl->q_nb) == 0;
+    bool have = sl->q_valid && vk_holds(&sl->q_src, sl->q_ne, sl->q_nb, &x->b[1], b);
     if (!have) {
         /* the quantizer: reads the activations (b[1]), writes the scratch */
         vk_exec xq = *x;

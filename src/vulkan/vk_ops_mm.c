@@ -79,6 +79,13 @@ bool vk_mm_wconv(int kernel) {
 
 uint64_t vk_mm_wconv_bytes(const tsl_tensor *n) { return (uint64_t)tsl_nelements(n->src[0]) * 2u; }
 
+/* Do kernel id's F16 copies of node n's operands (if it makes any) fit
+ * their scratches? */
+static bool vk_mm_conv_fits(int id, const tsl_tensor *n) {
+    return (!vk_mm_conv(id) || vk_mm_conv_bytes(n) <= VK_HSCR_SIZE) &&
+           (!vk_mm_wconv(id) || vk_mm_wconv_bytes(n) <= VK_WSCR_SIZE);
+}
+
 /* Source j of node n as the dense F16 copy a converting kernel reads. */
 static void vk_mm_f16_copy(const tsl_tensor *n, int j, tsl_tensor *h) {
     const tsl_tensor *b = n->src[j];
@@ -222,7 +229,7 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
          * its dense F16 copy has 16-byte strides where 4 BK divides K */
         const bool cv = vk_mm_conv(id), wcv = vk_mm_wconv(id);
         if (M % bm != 0 || N % bn != 0 || K % (4 * (int64_t)bk) != 0 || (!cv && b->nb[0] != 2)) return false;
-        if ((cv && vk_mm_conv_bytes(n) > VK_HSCR_SIZE) || (wcv && vk_mm_wconv_bytes(n) > VK_WSCR_SIZE)) return false;
+        if (!vk_mm_conv_fits(id, n)) return false;
         for (int i = 1; i < TSL_MAX_DIMS; i++)
             if ((!wcv && a->nb[i] % 16 != 0) || (!cv && b->nb[i] % 16 != 0) || n->nb[i] % 16 != 0) return false;
         return (uint64_t)(M + bm - 1) / bm <= lim->maxComputeWorkGroupCount[0] &&
@@ -236,8 +243,7 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
         vk_mm_cm_tile(v, &bm, &bn);
         const uint32_t bk = v->spec[5] & 255u;
         if (w != 32u * v->spec[1] * v->spec[2] || bk % 16u != 0 || bk == 0 || v->spec[5] > 511u) return false;
-        if (vk_mm_conv(id) && vk_mm_conv_bytes(n) > VK_HSCR_SIZE) return false;
-        if (vk_mm_wconv(id) && vk_mm_wconv_bytes(n) > VK_WSCR_SIZE) return false;
+        if (!vk_mm_conv_fits(id, n)) return false;
         return (uint64_t)(M + bm - 1) / bm <= lim->maxComputeWorkGroupCount[0] &&
                (uint64_t)(N + bn - 1) / bn <= lim->maxComputeWorkGroupCount[1];
     }
