@@ -420,6 +420,17 @@ uint64_t tsl_sched_n_reused(const tsl_sched *s);
  *                            always its own dispatch (by default a norm, a
  *                            swiglu or decode attention's combine pass that
  *                            makes the column writes it too)
+ *   TSL_VULKAN_FUSE_ROPE=0   a decode step's q/k/v ropes and cache stores
+ *                            always their own dispatches (by default, where
+ *                            the q/k/v product is an integer-dot mat-vec
+ *                            and the ropes need no frequency factors or
+ *                            YaRN, its epilogue does them)
+ *   TSL_VULKAN_FUSE_NORM=0|1 a decode step's norms (mul(rms_norm(x), w)
+ *                            between an integer-dot product with its
+ *                            residual and the integer-dot products reading
+ *                            the normed row) never (0) or always (1) done
+ *                            inside those products; unset, for rows of at
+ *                            most 2048 values (where it is faster)
  *   TSL_VULKAN_ATTN_ONE=0    decode attention always in two dispatches (by
  *                            default, where its output is an integer-dot
  *                            mat-vec's column, one: the last key range of

@@ -37,10 +37,11 @@
 
 #define VK_MAX_CB 9      /* command buffers per compute: the caller's and 8 workers' */
 #define VK_MAX_WORKERS 8
-#define VK_NBIND 6       /* bindings: src0, src1, src2, dst, status words, a scratch (vk_exec.bx) */
+#define VK_NBIND 7       /* bindings: src0, src1, src2, dst, status words, a scratch (vk_exec.bx), a 4th source (vk_exec.by) */
 #define VK_BIND_DST 3
 #define VK_BIND_STATUS 4
 #define VK_BIND_X 5
+#define VK_BIND_Y 6
 #define VK_PC_WORDS 32   /* 128 bytes: the push-constant size every device has */
 #define VK_PC_NODE 31    /* the last word: the node + 1 a dispatch runs for (the progress word, common.glsl) */
 #define VK_SW_PROGRESS 8 /* status word: the last node + 1 any kernel of the compute started */
@@ -489,9 +490,30 @@ typedef struct vk_exec {
     /* rms_norm_mul whose one row integer-dot mat-vecs read next: it also
      * writes the row quantized into the scratch, bound at b[2] (written) */
     bool qout;
+    /* an integer-dot mat-vec that absorbed the ropes and cache stores of a
+     * decoder's q, k and v (a VECQR kernel, vk_fuse_qkv_rope): the words
+     * vk_mm_params puts in its push constants (mul_mat_vecq.comp's R_*
+     * words, then the block after the residual's), and NEOX pairs; fused is
+     * the rope of q, rb the positions, b[3] q's rope output, bx the caches */
+    uint32_t rope[13];
+    bool rope_neox;
+    const tsl_tensor *kstore; /* ... and the K cache's set_rows node, which a bad position names */
+    /* a VECQN product that took in the norm after it (vk_fuse_norms): the
+     * normed row and its binding, which the products reading its column
+     * present (the column is at bx, the norm's weight at by); and those
+     * products: their column is the norm's, unscaled, s from ns_eps */
+    const tsl_tensor *nq_y;
+    vk_bind nq_ybind;
+    bool nscale;
+    float ns_eps;
+    /* the execs after this one that must be in its command buffer (they
+     * find their column in its state: vk_plan) */
+    int keep;
     vk_bind b[4];    /* src0, src1, src2, dst; blk NULL: bound to dst as a placeholder */
     vk_bind bx;      /* binding 5, a scratch the kernel reads and writes (attn_dec1: the
                         partials, counters and quantized column); blk NULL: none */
+    vk_bind by;      /* binding 6, a fourth source the kernel reads (the q/k/v product
+                        with its ropes: qwen2's biases); blk NULL: none */
     double cost_s;   /* the watchdog's allowance for this node */
 } vk_exec;
 
@@ -516,6 +538,9 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
  * node's binding 2): is kernel such a mat-vec; the scratch bytes node n
  * needs; the quantizer's push constants and grid (x->b[2] the scratch). */
 #define VK_QSCR_SLOT ((VkDeviceSize)256 << 10)
+/* where a VECQN product writes the next norm's column in it (words): the
+ * upper half, apart from the column it reads */
+#define VK_QSCR_ALT_WORD ((uint32_t)(VK_QSCR_SLOT / 8))
 /* Decode attention fused into attn_dec + attn_combine (vk_backend.c): the
  * key ranges per (head, column) and keys per range, and the scratch the
  * partials take (bytes; VK_ASCR_SIZE at most, or no fusion). */
@@ -550,6 +575,10 @@ static inline bool vk_is_attn1(int kernel) {
 }
 void vk_attn_split(int64_t heads_cols, int64_t n_kv, uint32_t *nsplit, uint32_t *klen);
 bool vk_mm_needs_quant(int kernel);
+/* Can fused-only kernel id (VECQR: the q/k/v product with its ropes; VECQN:
+ * a product making the next norm's column) run node n, the product it
+ * stands for, on d? */
+bool vk_mm_fused_fits(const vk_device *d, int id, const tsl_tensor *n);
 uint64_t vk_mm_qscr_bytes(const tsl_tensor *n);
 uint32_t vk_mm_quant_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WORDS], uint32_t grid[3]);
 /* Shared launch helpers (vk_ops.c): F32 tensor; a type get_rows and mul_mat

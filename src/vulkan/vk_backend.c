@@ -38,8 +38,9 @@
  * run concurrently.
  *
  * Descriptors: VK_KHR_push_descriptor where the driver has it (lavapipe,
- * NVIDIA, AMD, Intel do): no pools, nothing to free, five buffer writes per
- * dispatch. Elsewhere each command buffer's encoder allocates sets from its
+ * NVIDIA, AMD, Intel do): no pools, nothing to free, seven buffer writes
+ * per dispatch (at recording: a command buffer submitted again writes
+ * none). Elsewhere each command buffer's encoder allocates sets from its
  * own descriptor pools, reset when the command buffer is reused. One
  * descriptor-set layout and one pipeline layout serve every kernel.
  *
@@ -94,6 +95,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +231,11 @@ struct vk_backend {
     bool no_fuse;    /* one dispatch per node (TSL_VULKAN_FUSE=0) */
     bool no_qfuse;   /* the mat-vec's quantizer always its own dispatch (TSL_VULKAN_FUSE_QUANT=0) */
     bool no_one;     /* decode attention always in two passes (TSL_VULKAN_ATTN_ONE=0) */
+    bool no_rfuse;   /* q/k/v ropes and cache stores apart from their product (TSL_VULKAN_FUSE_ROPE=0) */
+    /* norms into the products around them (vk_fuse_norms): 0 never
+     * (TSL_VULKAN_FUSE_NORM=0), 1 always (=1), 2 (unset) for rows of at
+     * most VK_NFUSE_AUTO_MAX values */
+    int nfuse;
     vk_slot slots[VK_MAX_CB];
     vk_exec *exec;
     int exec_cap, n_exec;
@@ -1047,6 +1054,323 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     return w;
 }
 
+/* Is t a dense F32 view of root ne0 x ne1 elements at byte offset offs
+ * (views of views included: a view names its root)? */
+static bool vk_part_of(const tsl_tensor *t, const tsl_tensor *root, size_t offs, int64_t ne0, int64_t ne1) {
+    return t && t->view_src == root && t->view_offs == offs && t->type == TSL_TYPE_F32 && tsl_is_contiguous(t) &&
+           t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 && t->ne[3] == 1;
+}
+
+/* Is every reader of qkv (or of a view of it) one of the three nodes the
+ * fused kernel stands for, with neither qkv nor a view of it a graph
+ * output? The kernel does not write qkv at all. */
+static bool vk_qkv_readers(const tsl_graph *g, const tsl_tensor *qkv, const tsl_tensor *const r[3]) {
+    if (qkv->flags & TSL_FLAG_OUTPUT) return false;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const tsl_tensor *t = g->nodes[i];
+        if (!t || t == qkv || t == r[0] || t == r[1] || t == r[2]) continue;
+        if (t->view_src == qkv && tsl_op_is_view(t->op)) {
+            if (t->flags & TSL_FLAG_OUTPUT) return false;
+            continue;
+        }
+        for (int j = 0; j < TSL_MAX_SRC; j++) {
+            const tsl_tensor *s = t->src[j];
+            if (s && (s == qkv || s->view_src == qkv)) return false;
+        }
+    }
+    return true;
+}
+
+/* The span of one memory block that holds bindings a and b, as one binding
+ * (element offsets left to the caller). */
+static vk_bind vk_span_of(const vk_bind *a, const vk_bind *b) {
+    vk_bind s = *a;
+    s.off = a->off < b->off ? a->off : b->off;
+    s.range = (a->off + a->range > b->off + b->range ? a->off + a->range : b->off + b->range) - s.off;
+    s.eoff = 0;
+    s.lo = a->lo < b->lo ? a->lo : b->lo;
+    s.hi = a->hi > b->hi ? a->hi : b->hi;
+    return s;
+}
+
+/* Integer-dot mat-vec m, the q/k/v product of one token (with its biases
+ * added, where it took in their ADD), followed by the three execs that
+ * read its parts: rope(q), rope_set_rows (k into its
+ * cache) and set_rows (v into its transposed cache), in any order, as a
+ * llama-family decoder builds them (src/model/arch.c). Where nothing else
+ * reads the product, the ropes need no frequency factors and no YaRN, and
+ * the caches are F16 rows in one block, the four become one dispatch of
+ * the product's VECQR twin, which rotates and stores its own rows
+ * (mul_mat_vecq.comp, ROPE): fills f and returns true. */
+static bool vk_qkv_rope(vk_backend *be, const tsl_graph *g, const vk_exec *m, const vk_exec *const y[3], int kernel,
+                        vk_exec *f) {
+    const vk_device *d = be->dev;
+    /* the product, or the ADD of its biases it took in (qwen2: one row, vk_fuse) */
+    const bool bias = m->fused && m->fused->op == TSL_OP_ADD;
+    const tsl_tensor *qkv = bias ? m->fused : m->node;
+    if ((m->fused && !bias) || m->qout || m->noout || !m->pipe2 || m->cvt || qkv->type != TSL_TYPE_F32 ||
+        !tsl_is_contiguous(qkv) || qkv->ne[1] != 1 || qkv->ne[2] != 1 || qkv->ne[3] != 1 ||
+        m->node->src[0]->ne[2] != 1 || m->node->src[0]->ne[3] != 1)
+        return false;
+    const vk_exec *rq = NULL, *rk = NULL, *sv = NULL;
+    for (int j = 0; j < 3; j++) {
+        const vk_exec *x = y[j];
+        if (x->kernel == VK_K_ROPE_F32 && !x->norm && !rq) rq = x;
+        else if (x->kernel == VK_K_ROPE_SET_ROWS_F16 && !x->norm && !rk) rk = x;
+        else if (x->kernel == VK_K_SET_ROWS_F16 && !sv) sv = x;
+        else return false;
+    }
+    const tsl_tensor *qr = rq->node, *kr = rk->fused, *kst = rk->node, *vst = sv->node;
+    const tsl_tensor *pos = qr->src[1];
+    if (qr->src[2] || kr->src[2] || kr->src[1] != pos || vst->src[1] != pos || pos->ne[0] != 1 ||
+        memcmp(qr->op_params, kr->op_params, sizeof qr->op_params) != 0 || op_get_i32(vst, 0) != 0)
+        return false;
+    const int n_dims = op_get_i32(qr, 0), mode = op_get_i32(qr, 1);
+    if ((mode != TSL_ROPE_NORMAL && mode != TSL_ROPE_NEOX) || op_get_f32(qr, 5) != 0.0f) return false;
+    /* the parts: q [hd, nh] at 0, k [hd, nkh] after it, v (transposed: [1, nv]) after k */
+    const tsl_tensor *qv = qr->src[0], *kv = kr->src[0], *vv = vst->src[0];
+    const int64_t hd = qv->ne[0], nq = hd * qv->ne[1], nk = hd * kv->ne[1], M = qkv->ne[0], nv = M - nq - nk;
+    if (hd < 2 || hd % 2 || n_dims < 2 || n_dims > hd || n_dims % 2 || nv < 2 || nv % 2 || nq >= 65536 ||
+        nk >= 65536 || hd >= 65536 || kv->ne[0] != hd)
+        return false;
+    if (!vk_part_of(qv, qkv, 0, hd, qv->ne[1]) || !vk_part_of(kv, qkv, (size_t)nq * 4, hd, kv->ne[1]) ||
+        vv->view_src != qkv || vv->view_offs != (size_t)(nq + nk) * 4 || vv->ne[0] != 1 || vv->ne[1] != nv ||
+        vv->ne[2] != 1 || vv->ne[3] != 1 || vv->nb[1] != 4)
+        return false;
+    /* q's rope output dense; the caches F16 rows (K) and columns (V) */
+    if (!tsl_is_contiguous(qr) || qr->type != TSL_TYPE_F32 || kst->nb[0] != 2 || vst->nb[0] != 2 ||
+        kst->ne[1] != vst->ne[0] || kst->ne[0] < nk || vst->ne[1] < nv || kst->ne[1] > UINT32_MAX)
+        return false;
+    const tsl_tensor *r3[3] = {qr, kr, vst};
+    if (!vk_qkv_readers(g, qkv, r3)) return false;
+    /* (with the biases' ADD taken in, the product's own output is read by
+     * that ADD alone: vk_fuse checked it) */
+    const vk_bind *kb = &rk->b[VK_BIND_DST], *vb = &sv->b[VK_BIND_DST];
+    if (!kb->blk || kb->blk != vb->blk) return false;
+    const vk_bind span = vk_span_of(kb, vb);
+    const uint64_t ko = (kb->off - span.off) / 2 + kb->eoff, vo = (vb->off - span.off) / 2 + vb->eoff;
+    const uint64_t ks = kst->nb[1] / 2, vs = vst->nb[1] / 2;
+    if (span.range > d->props.limits.maxStorageBufferRange || span.range / 2 > UINT32_MAX || ko > UINT32_MAX ||
+        vo > UINT32_MAX || ks > UINT32_MAX || vs > UINT32_MAX || !vk_mm_fused_fits(d, kernel, m->node))
+        return false;
+    *f = *m;
+    f->kernel = kernel;
+    f->fused = qr;
+    f->rb = rq->b[1]; /* the positions, at binding 1 (vk_encode_node) */
+    f->by = bias ? m->rb : (vk_bind){0}; /* the biases, at binding 6 */
+    f->b[VK_BIND_DST] = rq->b[VK_BIND_DST];
+    f->bx = span;
+    f->cost_s += rq->cost_s + rk->cost_s + sv->cost_s;
+    const double theta = pow(op_get_f32(qr, 3), -2.0 / n_dims);
+    const float hi = (float)theta, lo = (float)(theta - (double)hi);
+    const float fscale = op_get_f32(qr, 4), mscale = op_get_f32(qr, 6);
+    const uint32_t w[13] = {(uint32_t)n_dims | (uint32_t)hd << 16,
+                            rq->b[1].eoff,
+                            (uint32_t)nq | (uint32_t)nk << 16,
+                            (uint32_t)kst->ne[1],
+                            (uint32_t)rk->index,
+                            0,
+                            0,
+                            0,
+                            0,
+                            (uint32_t)ko,
+                            (uint32_t)ks,
+                            (uint32_t)vo,
+                            (uint32_t)vs};
+    memcpy(f->rope, w, sizeof w);
+    memcpy(&f->rope[5], &hi, 4);
+    memcpy(&f->rope[6], &lo, 4);
+    memcpy(&f->rope[7], &fscale, 4);
+    memcpy(&f->rope[8], &mscale, 4);
+    f->rope_neox = mode == TSL_ROPE_NEOX;
+    f->kstore = kst;
+    return true;
+}
+
+/* The q/k/v products whose ropes and cache stores can run in their
+ * epilogue (vk_qkv_rope), after vk_fuse has made the rope_set_rows and
+ * rms_norm_mul execs: one dispatch for four, a level fewer a layer. Off
+ * with TSL_VULKAN_FUSE_ROPE=0 (and TSL_VULKAN_FUSE=0). A kernel that fails
+ * to build leaves the nodes apart. Returns the new number of execs. */
+static int vk_fuse_qkv_ropes(vk_backend *be, const tsl_graph *g, int n) {
+    if (be->no_fuse || be->no_rfuse) return n;
+    vk_device *d = be->dev;
+    VkPipeline pipes[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
+    bool failed[2] = {false, false};
+    int w = 0;
+    for (int k = 0; k < n; k++) {
+        vk_exec *m = &be->exec[k];
+        const int slot = m->kernel == VK_K_MUL_MAT_VECQ_Q8_0 ? 0 : m->kernel == VK_K_MUL_MAT_VECQ_Q4_0 ? 1 : -1;
+        const int rk = slot == 0 ? VK_K_MUL_MAT_VECQ_Q8_0_ROPE : VK_K_MUL_MAT_VECQ_Q4_0_ROPE;
+        vk_exec f;
+        const vk_exec *y[3] = {k + 1 < n ? &be->exec[k + 1] : NULL, k + 2 < n ? &be->exec[k + 2] : NULL,
+                               k + 3 < n ? &be->exec[k + 3] : NULL};
+        if (slot >= 0 && y[2] && !failed[slot] && d->k[rk].runnable && vk_qkv_rope(be, g, m, y, rk, &f)) {
+            if (!pipes[slot]) {
+                const vk_kernel *fk = NULL;
+                pipes[slot] = vk_kernel_get(d, rk, &fk);
+                failed[slot] = !pipes[slot];
+            }
+            if (pipes[slot]) {
+                f.pipe = pipes[slot];
+                be->exec[w++] = f;
+                k += 3;
+                continue;
+            }
+        }
+        if (w != k) be->exec[w] = *m;
+        w++;
+    }
+    return w;
+}
+
+/* The longest normed row whose norm goes into the products by default. On
+ * the H200 the fused products cost more than the norm's level saves where
+ * the rows are long: Qwen2.5-0.5B (896) and Qwen3-0.6B (1024) tokens took
+ * 7-9% less GPU time with the norms in the products, a Llama-3-8B (4096)
+ * token 6-10% more (bench/RESULTS.md, runs 110-114). */
+#define VK_NFUSE_AUTO_MAX 2048
+
+/* The _ns twin of a kernel that reads an integer-dot column (the one that
+ * takes a VECQN product's column: vk_norm_into), and its slot in the pass's
+ * pipeline cache (4..7); -1 for none. */
+static int vk_ns_twin(int kernel, int *slot) {
+    static const int from[4] = {VK_K_MUL_MAT_VECQ_Q8_0, VK_K_MUL_MAT_VECQ_Q4_0, VK_K_MUL_MAT_VECQ_Q8_0_ROPE,
+                                VK_K_MUL_MAT_VECQ_Q4_0_ROPE};
+    static const int to[4] = {VK_K_MUL_MAT_VECQ_Q8_0_NS, VK_K_MUL_MAT_VECQ_Q4_0_NS, VK_K_MUL_MAT_VECQ_Q8_0_ROPE_NS,
+                              VK_K_MUL_MAT_VECQ_Q4_0_ROPE_NS};
+    for (int i = 0; i < 4; i++)
+        if (kernel == from[i]) {
+            *slot = 4 + i;
+            return to[i];
+        }
+    return -1;
+}
+
+/* Is exec x an integer-dot mat-vec with an _ns twin whose column is t (one
+ * dense row of at most 512 blocks, what the twin holds the scales of)? */
+static bool vk_reads_column(const vk_exec *x, const tsl_tensor *t) {
+    int slot;
+    return x->pipe2 && vk_ns_twin(x->kernel, &slot) >= 0 && x->node->op == TSL_OP_MUL_MAT && x->node->src[1] == t &&
+           !x->nscale && t->ne[0] / 32 <= 512;
+}
+
+/* Pipeline of kernel id for the pass (cached in pipes[slot]; a kernel that
+ * fails to build is remembered in failed[slot]), or VK_NULL_HANDLE. */
+static VkPipeline vk_pass_pipe(vk_device *d, int id, int slot, VkPipeline *pipes, bool *failed) {
+    if (!pipes[slot] && !failed[slot]) {
+        const vk_kernel *fk = NULL;
+        if (d->k[id].runnable) pipes[slot] = vk_kernel_get(d, id, &fk);
+        failed[slot] = !pipes[slot];
+    }
+    return pipes[slot];
+}
+
+/* The norm exec at k (rms_norm_mul making an integer-dot mat-vec's column,
+ * qout) into the exec before it, the product that makes the norm's x (with
+ * its residual, as a decoder's output projections do), where that product
+ * is a default integer-dot mat-vec, x one row of whole Q8_0 blocks, and
+ * the norm's output read by nothing but the next execs' products (1 to 4
+ * of them, through the column): the product becomes its VECQN twin (32
+ * rows a workgroup), which writes the column (unscaled) and the blocks'
+ * sums of squares into the scratch's upper half, and the products become
+ * their _ns twins, which apply the norm's scale to the column's block
+ * scales (mul_mat_vecq.comp, NORMQ and NS). The norm's output is never
+ * written; the product keeps the products in its command buffer (keep).
+ * Returns the number of products, 0 for no fusion. */
+static int vk_norm_into(vk_backend *be, const tsl_graph *g, int k, int n, VkPipeline pipes[8], bool failed[8]) {
+    vk_device *d = be->dev;
+    vk_exec *p = &be->exec[k - 1], *nm = &be->exec[k];
+    if (nm->kernel != VK_K_RMS_NORM_MUL_F32 || !nm->qout) return 0;
+    const int slot = p->kernel == VK_K_MUL_MAT_VECQ_Q8_0           ? 0
+                     : p->kernel == VK_K_MUL_MAT_VECQ_Q8_0_dw128s2 ? 1
+                     : p->kernel == VK_K_MUL_MAT_VECQ_Q4_0         ? 2
+                     : p->kernel == VK_K_MUL_MAT_VECQ_Q4_0_dw128s2 ? 3
+                                                                    : -1;
+    if (slot < 0 || failed[slot] || p->qout || p->noout || p->nq_y || p->nscale || p->keep || !p->pipe2) return 0;
+    static const int nq[4] = {VK_K_MUL_MAT_VECQ_Q8_0_NQ, VK_K_MUL_MAT_VECQ_Q8_0_NQ_W1024, VK_K_MUL_MAT_VECQ_Q4_0_NQ,
+                              VK_K_MUL_MAT_VECQ_Q4_0_NQ_W1024};
+    const tsl_tensor *x = p->fused && p->fused->op == TSL_OP_ADD ? p->fused : p->node, *y = nm->node;
+    if (be->nfuse == 2 && x->ne[0] > VK_NFUSE_AUTO_MAX) return 0;
+    if ((p->fused && p->fused->op != TSL_OP_ADD) || nm->fused->src[0] != x || x->type != TSL_TYPE_F32 ||
+        !tsl_is_contiguous(x) || x->ne[1] != 1 || x->ne[2] != 1 || x->ne[3] != 1 || x->ne[0] % 32 != 0 ||
+        x->ne[0] / 32 > 65535 || !tsl_is_contiguous(y) || y->ne[0] != x->ne[0] || (y->flags & TSL_FLAG_OUTPUT) ||
+        !tsl_is_contiguous(nm->node->src[1]) || p->node->src[0]->ne[2] != 1 || p->node->src[0]->ne[3] != 1)
+        return 0;
+    /* the column and the sums after it fit the scratch's upper half */
+    const uint64_t nb = (uint64_t)x->ne[0] / 32, words = (nb * 10 + 3) / 4 * 4 + nb;
+    if (!be->qscr || be->qscr->gen != d->gen || ((uint64_t)VK_QSCR_ALT_WORD + words) * 4 > be->qscr->size) return 0;
+    /* the products right after, each reading y as its column */
+    int c = 0;
+    while (k + 1 + c < n && c < 4 && vk_reads_column(&be->exec[k + 1 + c], y)) c++;
+    if (c == 0) return 0;
+    /* ... and nothing else reads y */
+    for (int i = 0; i < g->n_nodes; i++) {
+        const tsl_tensor *t = g->nodes[i];
+        if (!t || t == y) continue;
+        bool reader = false, ours = false;
+        for (int j = 0; j < TSL_MAX_SRC; j++) reader |= t->src[j] && (t->src[j] == y || t->src[j]->view_src == y);
+        reader |= t->view_src == y;
+        for (int j = 0; j < c; j++) ours |= t == be->exec[k + 1 + j].node;
+        if (reader && !ours) return 0;
+    }
+    const int id = nq[slot];
+    if (!vk_mm_fused_fits(d, id, p->node)) return 0;
+    /* the kernels (a kernel that fails to build leaves the norm apart) */
+    int tw[4];
+    VkPipeline tp[4];
+    for (int j = 0; j < c; j++) {
+        int ts = 0;
+        tw[j] = vk_ns_twin(be->exec[k + 1 + j].kernel, &ts);
+        tp[j] = vk_mm_fused_fits(d, tw[j], be->exec[k + 1 + j].node) ? vk_pass_pipe(d, tw[j], ts, pipes, failed)
+                                                                        : VK_NULL_HANDLE;
+        if (!tp[j]) return 0;
+    }
+    VkPipeline pp = vk_pass_pipe(d, id, slot, pipes, failed);
+    if (!pp) return 0;
+    p->kernel = id;
+    p->pipe = pp;
+    p->bx = vk_qscr_bind(be);
+    p->bx.eoff = VK_QSCR_ALT_WORD;
+    p->by = nm->b[1]; /* the norm's weight */
+    p->nq_y = y;
+    p->nq_ybind = nm->b[VK_BIND_DST];
+    p->keep = c;
+    p->cost_s += nm->cost_s;
+    for (int j = 0; j < c; j++) {
+        vk_exec *r = &be->exec[k + 1 + j];
+        r->kernel = tw[j];
+        r->pipe = tp[j];
+        r->nscale = true;
+        r->ns_eps = op_get_f32(nm->fused, 0);
+    }
+    return c;
+}
+
+/* Every norm vk_norm_into can take into the product before it, after the
+ * other fusions. By default only for rows of at most VK_NFUSE_AUTO_MAX
+ * values; TSL_VULKAN_FUSE_NORM=1 for any, =0 (or TSL_VULKAN_FUSE=0) for
+ * none. Returns the new number of execs. */
+static int vk_fuse_norms(vk_backend *be, const tsl_graph *g, int n) {
+    if (be->no_fuse || be->nfuse == 0 || n < 3) return n;
+    VkPipeline pipes[8] = {VK_NULL_HANDLE};
+    bool failed[8] = {false};
+    bool any = false;
+    for (int k = 1; k + 1 < n; k++)
+        if (vk_norm_into(be, g, k, n, pipes, failed) > 0) {
+            be->exec[k].kernel = -1; /* the norm: dropped below */
+            any = true;
+        }
+    if (!any) return n;
+    int w = 0;
+    for (int k = 0; k < n; k++) {
+        if (be->exec[k].kernel < 0) continue;
+        if (w != k) be->exec[w] = be->exec[k];
+        w++;
+    }
+    return w;
+}
+
 /* ---- encoding ----------------------------------------------------------------- */
 
 static void vk_barrier(VkCommandBuffer cb, VkPipelineStageFlags src_stage, VkAccessFlags src, VkPipelineStageFlags dst_stage,
@@ -1079,10 +1403,11 @@ static bool vk_spans_hit(const vk_slot *sl, const vk_bind *b, bool against_reads
 /* Does x touch bytes an earlier node since the last barrier wrote (or, for
  * its write, read)? Then it needs a barrier. */
 static bool vk_hazard(const vk_slot *sl, const vk_exec *x) {
-    if (sl->n_spans + 5 > VK_MAX_SPANS) return true; /* too much to track: a barrier is always safe */
+    if (sl->n_spans + 6 > VK_MAX_SPANS) return true; /* too much to track: a barrier is always safe */
     for (int j = 0; j < 3; j++)
         if (x->b[j].blk && vk_spans_hit(sl, &x->b[j], j == 2 && x->qout)) return true;
     if (x->bx.blk && vk_spans_hit(sl, &x->bx, true)) return true;
+    if (x->by.blk && vk_spans_hit(sl, &x->by, false)) return true;
     return vk_spans_hit(sl, &x->b[VK_BIND_DST], true);
 }
 
@@ -1093,6 +1418,7 @@ static void vk_track(vk_slot *sl, const vk_exec *x) {
         sl->spans[sl->n_spans++] = (vk_span){x->b[j].blk, x->b[j].lo, x->b[j].hi, write};
     }
     if (x->bx.blk) sl->spans[sl->n_spans++] = (vk_span){x->bx.blk, x->bx.lo, x->bx.hi, true};
+    if (x->by.blk) sl->spans[sl->n_spans++] = (vk_span){x->by.blk, x->by.lo, x->by.hi, false};
     /* a write over the column the scratch holds quantized, or over the
      * scratch's bytes that hold it: stale */
     const vk_bind *w = &x->b[VK_BIND_DST];
@@ -1193,6 +1519,8 @@ static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x
     r->bi[VK_BIND_STATUS] = (VkDescriptorBufferInfo){.buffer = be->sbuf, .offset = 0, .range = VK_WHOLE_SIZE};
     r->bi[VK_BIND_X] = x->bx.blk ? (VkDescriptorBufferInfo){.buffer = x->bx.blk->buf, .offset = x->bx.off, .range = x->bx.range}
                                  : r->bi[VK_BIND_STATUS]; /* unused: the status words as a placeholder */
+    r->bi[VK_BIND_Y] = x->by.blk ? (VkDescriptorBufferInfo){.buffer = x->by.blk->buf, .offset = x->by.off, .range = x->by.range}
+                                 : r->bi[VK_BIND_STATUS];
     /* the push constants, and in their last word the node for the
      * progress word (common.glsl): every kernel's block ends there */
     if (pcsize) memcpy(r->pc, pc, pcsize);
@@ -1399,6 +1727,14 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     x2.b[2] = qb;
     if (x->fused) x2.b[1] = x->rb; /* a fused ADD's residual: the mat-vec does not read b itself */
     bool have = sl->q_valid && vk_holds(&sl->q_src, sl->q_ne, sl->q_nb, &x->b[1], b);
+    if (!have && x->nscale) {
+        /* a norm's column made by the product before this one, in this
+         * command buffer (vk_plan keeps them together), and nothing wrote
+         * over it since: its F32 row was never written, so it cannot be
+         * quantized here. A library bug if it happens; the compute fails. */
+        TSL_LOGE("%s: node %d: the normed column it reads is not in its command buffer", be->name, x->index);
+        return VK_ERROR_UNKNOWN;
+    }
     if (!have) {
         /* the quantizer: reads the activations (b[1]), writes the scratch */
         vk_exec xq = *x;
@@ -1417,7 +1753,17 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     }
     x2.b[2] = sl->q_at; /* where the column is now (the quantizer's, or the kernel's that made it) */
     uint32_t pcsize = vk_op_params(d, &x2, pc, grid);
-    return vk_encode_dispatch(be, sl, &x2, x->pipe, pc, pcsize, grid);
+    VkResult r = vk_encode_dispatch(be, sl, &x2, x->pipe, pc, pcsize, grid);
+    if (r == VK_SUCCESS && x->nq_y) {
+        /* it made the next norm's column (VECQN): the products after it
+         * find it in the scratch's upper half, as the normed row's */
+        sl->q_valid = true;
+        sl->q_src = x->nq_ybind;
+        sl->q_at = x->bx;
+        memcpy(sl->q_ne, x->nq_y->ne, sizeof sl->q_ne);
+        memcpy(sl->q_nb, x->nq_y->nb, sizeof sl->q_nb);
+    }
+    return r;
 }
 
 /* Encode slot s (its range of the exec list) into its command buffer. Runs
@@ -1924,8 +2270,11 @@ static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
     if (st == TSL_SUCCESS && be->swords[0] != 0) {
         int node = (int)be->swords[1];
         const tsl_tensor *nt = NULL;
-        for (int k = 0; k < be->n_exec; k++)
+        for (int k = 0; k < be->n_exec; k++) {
             if (be->exec[k].index == node) nt = be->exec[k].node;
+            /* a store the q/k/v product took in (vk_qkv_rope) */
+            if (be->exec[k].kstore && (int)be->exec[k].rope[4] == node) nt = be->exec[k].kstore;
+        }
         const tsl_tensor *tab = nt ? nt->src[0] : NULL, *idx = nt ? nt->src[1] : NULL;
         if (nt && nt->op == TSL_OP_SET_ROWS) {
             const int dim = op_get_i32(nt, 0);
@@ -1984,6 +2333,26 @@ static bool vk_should_abort(vk_backend *be, uint64_t compute, const vk_exec *nex
  * By default a command buffer gets at least VK_MIN_CB_NODES nodes (a small
  * graph gains nothing from parallel encoding and pays a submission and a
  * fence per command buffer); a count set explicitly is used as given. */
+/* The first place at or after `at` (<= n) where a command buffer may end:
+ * not between an exec and those that find their column in its command
+ * buffer's state (an attention that leaves its output unwritten and its
+ * reader; a product that made a norm's column and the products reading
+ * it: vk_exec.noout, .keep). */
+static int vk_split_at(const vk_backend *be, int at, int n) {
+    for (bool moved = true; moved && at < n;) {
+        moved = false;
+        for (int e = at - 1; e >= 0 && e >= at - 5; e--) {
+            const int keep = be->exec[e].noout ? 1 : be->exec[e].keep;
+            if (e + keep >= at) {
+                at = e + keep + 1 < n ? e + keep + 1 : n;
+                moved = true;
+                break;
+            }
+        }
+    }
+    return at;
+}
+
 static int vk_plan(vk_backend *be, int n, bool one) {
     int ncb = one ? 1 : be->n_cb < n ? be->n_cb : n;
     if (!be->cb_explicit && ncb > 1 && n / ncb < VK_MIN_CB_NODES) ncb = n / VK_MIN_CB_NODES > 1 ? n / VK_MIN_CB_NODES : 1;
@@ -1995,17 +2364,14 @@ static int vk_plan(vk_backend *be, int n, bool one) {
     int main_n = n / ncb;
     if (main_n > VK_MAIN_MAX_NODES) main_n = VK_MAIN_MAX_NODES;
     if (main_n < 1) main_n = 1;
-    /* an attention that leaves its output unwritten and its reader, which
-     * finds the quantized column in this command buffer's state, stay in
-     * one command buffer */
-    if (main_n < n && be->exec[main_n - 1].noout) main_n++;
+    main_n = vk_split_at(be, main_n, n);
     int rest = n - main_n, per = (rest + ncb - 2) / (ncb - 1);
     be->slots[0].first = 0;
     be->slots[0].count = main_n;
     int used = 1, at = main_n;
     while (at < n) {
         int c = n - at < per ? n - at : per;
-        if (at + c < n && be->exec[at + c - 1].noout) c++;
+        c = vk_split_at(be, at + c, n) - at;
         be->slots[used].first = at;
         be->slots[used].count = c;
         at += c;
@@ -2127,7 +2493,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
     if (!replay) {
         ledger_sink_set(&be->ledger);
         n = vk_resolve(be, g, compute);
-        if (!ledger_failed(&be->ledger)) n = vk_fuse(be, g, n);
+        if (!ledger_failed(&be->ledger)) n = vk_fuse_norms(be, g, vk_fuse_qkv_ropes(be, g, vk_fuse(be, g, n)));
         ledger_sink_clear(); /* lookups after this land in no sink and are only logged */
     }
     atomic_store_explicit(&be->base.resolve_ns, core_now_ns() - tr, memory_order_relaxed);
@@ -3138,6 +3504,11 @@ tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
     be->no_reuse = getenv("TSL_VULKAN_REUSE") && strcmp(getenv("TSL_VULKAN_REUSE"), "0") == 0;
     be->no_fuse = getenv("TSL_VULKAN_FUSE") && strcmp(getenv("TSL_VULKAN_FUSE"), "0") == 0;
     be->no_one = getenv("TSL_VULKAN_ATTN_ONE") && strcmp(getenv("TSL_VULKAN_ATTN_ONE"), "0") == 0;
+    be->no_rfuse = getenv("TSL_VULKAN_FUSE_ROPE") && strcmp(getenv("TSL_VULKAN_FUSE_ROPE"), "0") == 0;
+    {
+        const char *nf = getenv("TSL_VULKAN_FUSE_NORM");
+        be->nfuse = !nf || !*nf ? 2 : strcmp(nf, "0") == 0 ? 0 : 1;
+    }
     be->no_qfuse = getenv("TSL_VULKAN_FUSE_QUANT") && strcmp(getenv("TSL_VULKAN_FUSE_QUANT"), "0") == 0;
     const int spin = vk_env_int("TSL_VULKAN_SPIN_US", -1, 1000000, -1);
     /* (not on a CPU device: polling takes a core from the kernels) */

@@ -913,8 +913,8 @@ static tsl_status vk_device_open(vk_device *d, tsl_error *err) {
         if (!d->set_checkpoint || !d->get_checkpoints) d->set_checkpoint = NULL, d->get_checkpoints = NULL;
     }
 
-    /* one layout for every kernel: 5 storage buffers and 128 bytes of push
-     * constants, so encoders never switch layouts */
+    /* one layout for every kernel: VK_NBIND storage buffers and 128 bytes of
+     * push constants, so encoders never switch layouts */
     VkDescriptorSetLayoutBinding b[VK_NBIND];
     for (int i = 0; i < VK_NBIND; i++)
         b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i,

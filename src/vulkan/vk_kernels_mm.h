@@ -34,6 +34,18 @@
  *          vk_ops_mm.c), forced with TSL_VK_MM_VARIANT
  *   CMEMU  the same kernel with the matrix operations emulated: runs
  *          anywhere, chosen only when forced (tests of the tiling)
+ *   VECQR  the default VECQ kernel with the ropes and cache stores of a
+ *          decoder's q, k and v in its epilogue (blob *_rope): never a
+ *          node's candidate, only what the backend fuses the product into
+ *          (vk_backend.c); {W, S, R, LPB, U, KB} as the default's, R 2
+ *   VECQN  VECQ kernels of 32 rows a workgroup that also make the next
+ *          norm's quantized column (blob *_nq; vk_backend.c fuses the
+ *          norm into them): {512, 16, 2, ...}, and {1024, 16 teams of 64,
+ *          2, ...} for rows of 8192 and more; like VECQR never a node's
+ *          candidate
+ *   VECQS  the default VECQ kernel reading a VECQN product's column (blob
+ *          *_ns): the norm's scale applied to the column's block scales;
+ *          fused-only too (and *_rope_ns, the VECQR kernel doing the same)
  *   VECQ   mul_mat_vecq.comp, Q8_0 / Q4_0 weights times one column with
  *          4x8-bit integer dot products, the column quantized to Q8_0 in
  *          shared memory first (as the CPU does): {W, S, R, LPB lanes per
@@ -58,7 +70,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK_MM_CM2 };
+enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK_MM_CM2, VK_MM_VECQR, VK_MM_VECQN, VK_MM_VECQS };
 
 /* One mat-vec variant: weight type t ("tn" in names, e its esize), F32
  * activations; spec {W, S, R, Q, U}, 0 for the shader's default (U: 4 for
@@ -151,12 +163,34 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
     VK_MM_QD(Y, X, t, tn, _dw128s2, 128, 2, 2, l16, 4)        \
     VK_MM_QD(Y, X, t, tn, _dw256s2, 256, 2, 2, l16, 4)        \
     VK_MM_QD(Y, X, t, tn, _dw128s1u2, 128, 1, 2, l16, 2)      \
+    VK_MM_QD(Y, X, t, tn, _dw512, 512, 16, 2, l16, 4)         \
+    VK_MM_QD(Y, X, t, tn, _dw1024s16, 1024, 16, 2, l16, 4)    \
     VK_MM_Q(Y, X, t, tn, _r4q16, 128, 4, 4, l16, 4)           \
     VK_MM_Q(Y, X, t, tn, _u8q16, 128, 4, 2, l16, 8)           \
     VK_MM_Q(Y, X, t, tn, _u2q16, 128, 4, 2, l16, 2)           \
     VK_MM_Q(Y, X, t, tn, _w256q16, 256, 8, 2, l16, 4)         \
     VK_MM_Q(Y, X, t, tn, _w256r4q16, 256, 8, 4, l16, 4)       \
     VK_MM_Q(Y, X, t, tn, _w64q16, 64, 2, 2, l16, 4)
+
+/* ... with the q/k/v ropes and cache stores in its epilogue: the default's
+ * constants (the first of VK_MM_VECQQ_SET); and both reading a norm's
+ * column (VECQN's, _ns) */
+#define VK_MM_QR(Y, X, t, tn, l16)                                                                              \
+    Y(X, MUL_MAT_VECQ_##t##_ROPE, "mul_mat_vecq_" tn "_f32_rope", 2, 4, "mul_mat_vecq_" tn "_f32_rope", VECQR, t, \
+      F32, 128, 4, 2, l16, 4, 0x10000)                                                                          \
+    Y(X, MUL_MAT_VECQ_##t##_NS, "mul_mat_vecq_" tn "_f32_ns", 2, 4, "mul_mat_vecq_" tn "_f32_ns", VECQS, t, F32,   \
+      128, 4, 2, l16, 4, 0x10000)                                                                               \
+    Y(X, MUL_MAT_VECQ_##t##_ROPE_NS, "mul_mat_vecq_" tn "_f32_rope_ns", 2, 4, "mul_mat_vecq_" tn "_f32_rope_ns",  \
+      VECQR, t, F32, 128, 4, 2, l16, 4, 0x10000)
+
+/* ... making the next norm's column: 32 rows a workgroup, in 32- or 64-lane
+ * teams (bench/RESULTS.md run 109: 4096x4096 +0.15 us a product, 4096x14336
+ * +1.4 us with the 64-lane teams, against the ~3.3 us of the norm's level) */
+#define VK_MM_QN(Y, X, t, tn, l16)                                                                            \
+    Y(X, MUL_MAT_VECQ_##t##_NQ, "mul_mat_vecq_" tn "_f32_nq", 2, 4, "mul_mat_vecq_" tn "_f32_nq", VECQN, t, F32, \
+      512, 16, 2, l16, 4, 0x10000)                                                                            \
+    Y(X, MUL_MAT_VECQ_##t##_NQ_W1024, "mul_mat_vecq_" tn "_f32_nq_w1024", 2, 4, "mul_mat_vecq_" tn "_f32_nq",    \
+      VECQN, t, F32, 1024, 16, 2, l16, 4, 0x10000)
 
 /* The staged small-N kernel of a block type (8 columns): {W, S, R} = {w, 2,
  * 2} for its team fallback, KS | PF << 8 for the staged part; the default
@@ -242,6 +276,10 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
     VK_MM_VECQ4_SET(Y, X)                                                                                        \
     VK_MM_VECQQ_SET(Y, X, Q8_0, "q8_0", 4, 2)                                                                    \
     VK_MM_VECQQ_SET(Y, X, Q4_0, "q4_0", 2, 1)                                                                    \
+    VK_MM_QR(Y, X, Q8_0, "q8_0", 2)                                                                              \
+    VK_MM_QR(Y, X, Q4_0, "q4_0", 1)                                                                              \
+    VK_MM_QN(Y, X, Q8_0, "q8_0", 2)                                                                              \
+    VK_MM_QN(Y, X, Q4_0, "q4_0", 1)                                                                              \
     VK_MM_V(Y, X, BF16, "bf16", 2, , 128, 4, 2, 2, 0)                                                            \
     VK_MM_V(Y, X, BF16, "bf16", 2, _w128s1r2, 128, 1, 2, 2, 0)                                                   \
     Y(X, MUL_MAT_VEC_F16_F16, "mul_mat_vec_f16_f16", 2, 2, "mul_mat_vec_f16_f16", VEC, F16, F16, 128, 4, 2, 2, 0, 0) \

@@ -145,7 +145,10 @@ static uint32_t vk_mm_shared(const vk_mm_info *v) {
     case VK_MM_VECN: return 4u * s[0] * s[2] * VK_MM_NC + (vk_mm_staged(v) ? vk_mm_staged_shared(v, VK_MM_NC) : 0u);
     /* the team sums, the quantized column (32 bytes a block) and its scales
      * and sums (8) */
-    case VK_MM_VECQ: return 4u * s[0] * s[2] + ((s[5] >> 16) ? 0u : 40u * s[5]);
+    case VK_MM_VECQ:
+    case VK_MM_VECQR:
+    case VK_MM_VECQN:
+    case VK_MM_VECQS: return 4u * s[0] * s[2] + ((s[5] >> 16) ? 0u : 40u * s[5]);
     case VK_MM_CM:
     case VK_MM_CMEMU: {
         /* s[5]: BK, + 256 for one staging buffer instead of two */
@@ -180,7 +183,19 @@ static void vk_mm_cm_tile(const vk_mm_info *v, uint32_t *bm, uint32_t *bn) {
 
 /* Can kernel id compute node n on d (shape, limits, device features)?
  * Capabilities the SPIR-V declares are checked apart (vk_kernel_for). */
-static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
+static bool vk_mm_applies_as(const vk_device *d, int id, const tsl_tensor *n, bool fused);
+
+static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) { return vk_mm_applies_as(d, id, n, false); }
+
+bool vk_mm_fused_fits(const vk_device *d, int id, const tsl_tensor *n) {
+    const vk_mm_info *v = vk_mm_info_of(id);
+    return v && (v->family == VK_MM_VECQR || v->family == VK_MM_VECQN || v->family == VK_MM_VECQS) && v->spec[2] == 2 &&
+           vk_mm_applies_as(d, id, n, true);
+}
+
+/* ... with fused, also the kernels a node is fused into (VECQR), which are
+ * never a plain node's */
+static bool vk_mm_applies_as(const vk_device *d, int id, const tsl_tensor *n, bool fused) {
     const vk_mm_info *v = vk_mm_info_of(id);
     const tsl_tensor *a = n->src[0], *b = n->src[1];
     const VkPhysicalDeviceLimits *lim = &d->props.limits;
@@ -205,6 +220,11 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) {
         }
         return true;
     }
+    case VK_MM_VECQR:
+    case VK_MM_VECQN:
+    case VK_MM_VECQS:
+        if (!fused) return false;
+        /* fall through */
     case VK_MM_VECQ: {
         /* {W, S, R, LPB, U, KB}: a lane reads 8 or 16 quant bytes, whole
          * blocks fit the team, K fits the shared column */
@@ -407,7 +427,8 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
 
 bool vk_mm_needs_quant(int kernel) {
     const vk_mm_info *v = vk_mm_info_of(kernel);
-    return v && v->family == VK_MM_VECQ;
+    return v && (v->family == VK_MM_VECQ || v->family == VK_MM_VECQR || v->family == VK_MM_VECQN ||
+                 v->family == VK_MM_VECQS);
 }
 
 /* Words of one column: quants (8 a block), then scale and sum (2), rounded
@@ -421,7 +442,16 @@ uint64_t vk_mm_qscr_bytes(const tsl_tensor *n) {
 
 /* ---- launch --------------------------------------------------------------------- */
 
-enum { VK_MM_A_WIDE = 1, VK_MM_B_WIDE = 2, VK_MM_D_WIDE = 4, VK_MM_A_U16 = 8, VK_MM_A_U8 = 16, VK_MM_A_U4 = 32, VK_MM_RES = 64 };
+enum {
+    VK_MM_A_WIDE = 1,
+    VK_MM_B_WIDE = 2,
+    VK_MM_D_WIDE = 4,
+    VK_MM_A_U16 = 8,
+    VK_MM_A_U8 = 16,
+    VK_MM_A_U4 = 32,
+    VK_MM_RES = 64,
+    VK_MM_ROPE_NEOX = 128, /* mul_mat_vecq.comp's R_NEOX */
+};
 
 /* The widest unit (16, 8 or 4 bytes) that every weight row of a block-type
  * node starts at and spans a whole number of, for the staged mat-vec's
@@ -496,7 +526,8 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     }
     uint32_t *flags_at = p;
     *p++ = flags;
-    if (v && v->family == VK_MM_VECQ) {
+    if (v && (v->family == VK_MM_VECQ || v->family == VK_MM_VECQR || v->family == VK_MM_VECQN ||
+              v->family == VK_MM_VECQS)) {
         /* the quantized column: binding 2 (the scratch), words; a fused
          * ADD's residual at binding 1 (the encoder binds it there) */
         *p++ = x->b[2].eoff;
@@ -505,12 +536,40 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = res ? x->b[1].eoff : 0u;
         if (res) *flags_at |= VK_MM_RES;
     }
+    if (v && v->family == VK_MM_VECQR) {
+        /* the ropes' words (vk_backend.c made them when it fused the
+         * nodes): five in words the kernel reads for nothing else with one
+         * column (the column's strides, the result's row stride), the rest
+         * after the residual's */
+        for (int i = 0; i < 5; i++) pc[6 + i] = x->rope[i];
+        for (int i = 5; i < 13; i++) *p++ = x->rope[i];
+        if (x->rope_neox) *flags_at |= VK_MM_ROPE_NEOX;
+        if (x->by.blk) { /* the biases, at binding 6 */
+            pc[22] = x->by.eoff;
+            *flags_at |= VK_MM_RES;
+        }
+    }
+    if (v && v->family == VK_MM_VECQN) {
+        /* the column its rows make (binding 5, the scratch) and the norm's
+         * weight (binding 6) */
+        *p++ = x->bx.eoff;
+        *p++ = x->by.eoff;
+    }
+    if (x->nscale) {
+        /* its column is a norm's, unscaled (an _ns kernel): the norm's eps
+         * in a word the kernel reads for nothing else (the activations'
+         * offset) */
+        memcpy(&pc[17], &x->ns_eps, sizeof x->ns_eps);
+    }
 
     uint64_t batches = (uint64_t)b->ne[2] * (uint64_t)b->ne[3];
     switch (v ? v->family : VK_MM_TILED) {
     case VK_MM_VEC:
     case VK_MM_VECN:
-    case VK_MM_VECQ: {
+    case VK_MM_VECQ:
+    case VK_MM_VECQR:
+    case VK_MM_VECQN:
+    case VK_MM_VECQS: {
         /* teams x rows per team; the staged kernel W / KS rows (where the
          * rows are aligned for it, else it runs as the team kernel) */
         uint64_t rows = (uint64_t)v->spec[1] * v->spec[2];

@@ -567,7 +567,8 @@ static void test_qkv_bias(void) {
  * where the graph's memory plan puts its output over q but not head over
  * head (the output is then left unwritten: its one reader takes the
  * quantized column). So a qwen3 token takes as many dispatches as a llama
- * token of the same shape, gives the CPU's logits, and after a device loss
+ * token of the same shape (but for llama's ropes and cache stores, which
+ * its q/k/v product takes in: test_qkv_rope), gives the CPU's logits, and after a device loss
  * (injected) and a recovery the logits of the run without the loss; with
  * attn_dec1 broken, the two passes, a dispatch more a layer, the same
  * logits; in 2 to 9 command buffers (with 3 layers one split falls right
@@ -587,8 +588,14 @@ static void test_qwen3_levels(void) {
                        STEPS, 1)) {
         const size_t bytes = (size_t)STEPS * (size_t)p.nv * sizeof(float);
         tsl_error err;
-        CHECKF(p.disp[0] == p.disp[1], "qwen3 %llu dispatches for %d tokens, llama %llu", (unsigned long long)p.disp[0],
-               STEPS, (unsigned long long)p.disp[1]);
+        /* but for llama's ropes and cache stores, which its q/k/v product
+         * takes in (three dispatches a layer; qwen3's need whole heads for
+         * their norms) */
+        tsl_vulkan_device_info vi;
+        const bool rfuse = tsl_backend_vulkan_info(p.vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot && vi.float64;
+        const uint64_t rope = rfuse ? 3u * (uint64_t)STEPS * (uint64_t)tsl_model_get_info(p.m[0])->n_layer : 0;
+        CHECKF(p.disp[0] == p.disp[1] + rope, "qwen3 %llu dispatches for %d tokens, llama %llu (+%llu expected)",
+               (unsigned long long)p.disp[0], STEPS, (unsigned long long)p.disp[1], (unsigned long long)rope);
         /* the attention in one dispatch: with attn_dec1 broken (two passes)
          * a dispatch more a layer, and the same logits bit for bit */
         static const char *const one[] = {"attn_dec1_f16", "attn_dec1_f16_mask_f32", "attn_dec1_f16_mask_f16"};
@@ -627,6 +634,81 @@ static void test_qwen3_levels(void) {
         lost_mid_decode(p.m[0], p.vk, 2, STEPS, p.l[0], p.nv);
     }
     arch_pair_close(&p);
+}
+
+/* A decode fusion against the same nodes apart: a llama and a qwen2 model
+ * of shape sh, STEPS tokens each on the Vulkan backend and on one made with
+ * env=0 (the fusion off). Where the device runs the fused kernels (on), the
+ * fused tokens take `fewer` dispatches a layer fewer, with logits within
+ * tol (relative to the largest) of the apart ones; both agree with the
+ * CPU's; and after a device loss (injected) in the middle of the decode and
+ * a recovery, the fused run gives its own logits again. */
+static void check_fusion(const char *env, const char *tag, synth_shape sh, uint64_t seed, bool need_f64,
+                         uint64_t fewer, double tol) {
+    enum { STEPS = 4 };
+    char p0[64], p1[64];
+    snprintf(p0, sizeof p0, "%s_llama.gguf", tag);
+    snprintf(p1, sizeof p1, "%s_qwen2.gguf", tag);
+    const char *path[2] = {tpath(p0), tpath(p1)};
+    const tsl_llm_arch arch[2] = {TSL_ARCH_LLAMA, TSL_ARCH_QWEN2};
+    arch_pair p;
+    if (arch_pair_open(&p, path, arch, sh, seed, STEPS, 0)) {
+        tsl_vulkan_device_info vi;
+        const bool on = tsl_backend_vulkan_info(p.vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot &&
+                        (!need_f64 || vi.float64);
+        setenv(env, "0", 1);
+        tsl_backend *apart = vk_new();
+        unsetenv(env);
+        float *l = malloc((size_t)STEPS * (size_t)p.nv * sizeof(float));
+        CHECK(apart && l);
+        for (int k = 0; apart && l && k < 2; k++) {
+            tsl_llm_ctx *c = new_ctx(p.m[k], apart, 64, 16, false);
+            uint64_t disp = 0;
+            if (decode_steps(apart, c, STEPS, p.nv, l, &disp)) {
+                const uint64_t want = on ? fewer * (uint64_t)STEPS * (uint64_t)tsl_model_get_info(p.m[k])->n_layer : 0;
+                CHECKF(disp == p.disp[k] + want, "%s, arch %d: %llu dispatches apart, %llu fused (%llu fewer expected)",
+                       tag, k, (unsigned long long)disp, (unsigned long long)p.disp[k], (unsigned long long)want);
+                double worst = 0;
+                for (int i = 0; i < STEPS; i++) {
+                    const double d = rel_diff(p.l[k] + (size_t)i * p.nv, l + (size_t)i * p.nv, p.nv);
+                    if (d > worst) worst = d;
+                }
+                CHECKF(worst <= tol, "%s, arch %d: fused and apart logits differ by %.3g", tag, k, worst);
+                printf("  %s, arch %d: fused against apart, largest relative difference %.3g\n", tag, k, worst);
+            }
+            tsl_llm_ctx_free(c);
+            cpu_agrees(p.m[k], p.cpu, STEPS, p.l[k], p.nv);
+            lost_mid_decode(p.m[k], p.vk, 2, STEPS, p.l[k], p.nv);
+        }
+        free(l);
+        tsl_backend_free(apart);
+    }
+    arch_pair_close(&p);
+}
+
+/* The q/k/v product rotating and storing its own rows (the rope of q, the
+ * rope and store of k, the store of v in its epilogue; NORMAL and NEOX
+ * pairs, qwen2's biases added in the same epilogue): three dispatches a
+ * layer fewer than with TSL_VULKAN_FUSE_ROPE=0, the same logits bit for
+ * bit. */
+static void test_qkv_rope(void) {
+    check_fusion("TSL_VULKAN_FUSE_ROPE", "qkvr",
+                 (synth_shape){"qkvr", TSL_ARCH_LLAMA, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false}, 17,
+                 true, 3, 0.0);
+}
+
+/* The norms in the products around them: the product before a norm (the
+ * attention's output projection, the down projection, with their
+ * residuals) writes the norm's quantized column, and the products after it
+ * scale its block scales: two dispatches a layer fewer than with
+ * TSL_VULKAN_FUSE_NORM=0 (the first layer's attention norm follows the
+ * embeddings, not a product; the output norm counts instead; rows of 128,
+ * fused by default), logits equal to the norm apart's to float rounding
+ * (a block whose quant or F16 scale rounds across a boundary moves them). */
+static void test_norm_fused(void) {
+    check_fusion("TSL_VULKAN_FUSE_NORM", "nfuse",
+                 (synth_shape){"nfuse", TSL_ARCH_LLAMA, 512, 512, 128, 3, 256, 4, 2, 32, 10000.0f, 1e-5f, false}, 19,
+                 false, 2, 1e-4);
 }
 
 /* A weight op whose kernel fails: the CPU takes the op and reads that
@@ -928,6 +1010,8 @@ int main(void) {
         RUN(test_attention_one);
         RUN(test_qkv_bias);
         RUN(test_qwen3_levels);
+        RUN(test_qkv_rope);
+        RUN(test_norm_fused);
         RUN(test_weight_op_fallback);
         RUN(test_steady_decode);
         rc = test_summary();

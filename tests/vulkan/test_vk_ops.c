@@ -69,6 +69,7 @@ typedef struct vkt_in {
 } vkt_in;
 
 typedef struct vkt_case {
+    tsl_tensor *first[2]; /* outputs the graph computes before out, in this order (NULL: none) */
     tsl_tensor *out;  /* what the graph computes */
     tsl_tensor *read; /* what is compared (out when NULL) */
     vkt_in in[24];
@@ -152,7 +153,12 @@ static tsl_status vkt_run(tsl_backend *be, vkt_build fn, const void *arg, bool r
         tsl_ctx_free(ctx);
         return TSL_FAILED;
     }
-    tsl_graph *g = tsl_graph_build(ctx, &c.out, 1);
+    tsl_tensor *outs[3];
+    int n_outs = 0;
+    for (int i = 0; i < 2; i++)
+        if (c.first[i]) outs[n_outs++] = c.first[i];
+    outs[n_outs++] = c.out;
+    tsl_graph *g = tsl_graph_build(ctx, outs, n_outs);
     tsl_buffer *buf = g ? tsl_buffer_alloc_ctx(be, ctx, err) : NULL;
     tsl_status st = TSL_FAILED;
     if (buf) {
@@ -950,6 +956,273 @@ static void test_rope_rows(void) {
     g_expected_validation_errors +=
         vkt_check_disp(&st, build_rope_rows, &cases[0], 1792, 2e-3, 2e-3, "rope_set_rows_f16 broken", 2);
     CHECK(vk_test_set_kernel(g_vk, "rope_set_rows_f16", NULL, 0, NULL, &err) == TSL_SUCCESS);
+    vkt_print(&st);
+}
+
+/* ---- fusion: the q/k/v product with its ropes and cache stores ------------------- */
+
+typedef struct qkv_arg {
+    tsl_type wt;
+    int64_t K, hd, nh, nkh, pos, n_ctx;
+    int rope_mode, n_dims;
+    int read;    /* 0 the attention's output, 1 the K cache, 2 the V cache, 3 the rotated q */
+    int variant; /* 0 plain; 1 the unrotated k a graph output too; 2 frequency factors; 3 YaRN */
+} qkv_arg;
+
+/* One decoder token's attention as src/model/arch.c builds it from one q/k/v
+ * product: its views rotated (q) and stored (k rotated into the K cache's
+ * row pos, v into the transposed V cache's column pos), in that graph order
+ * (the stores are outputs ahead of the attention, which reads the caches
+ * through views of them). */
+static void build_qkv(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const qkv_arg *a = arg;
+    const int64_t nq = a->hd * a->nh, nk = a->hd * a->nkh, M = nq + 2 * nk;
+    const int64_t n_kv = a->pos < a->n_ctx ? a->pos + 1 : a->n_ctx; /* (a position past the cache: its error case) */
+    tsl_tensor *w = vkt_weight(ctx, c, a->wt, ref, a->K, M, 1, 1);
+    tsl_tensor *x = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->K, 1, 1, 1);
+    tsl_tensor *pos = vkt_input(ctx, c, IN_SEQ, TSL_TYPE_I32, (float)a->pos, 1, 1, 1, 1);
+    tsl_tensor *kc = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F16, 1, nk, a->n_ctx, 1, 1);
+    tsl_tensor *vc = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F16, 1, a->n_ctx, nk, 1, 1);
+    tsl_tensor *ff = a->variant == 2 ? vkt_input(ctx, c, IN_POSITIVE, TSL_TYPE_F32, 1, a->n_dims / 2, 1, 1, 1) : NULL;
+    tsl_tensor *qkv = vkt_mm(ctx, w, a->wt, x, ref);
+    tsl_tensor *q = tsl_reshape_3d(ctx, tsl_view_2d(ctx, qkv, nq, 1, qkv->nb[1], 0), a->hd, a->nh, 1);
+    tsl_tensor *kv = tsl_view_2d(ctx, qkv, nk, 1, qkv->nb[1], (size_t)nq * 4);
+    if (a->variant == 1) kv->flags |= TSL_FLAG_OUTPUT;
+    tsl_tensor *k = tsl_reshape_3d(ctx, kv, a->hd, a->nkh, 1);
+    tsl_tensor *v = tsl_view_2d(ctx, qkv, nk, 1, qkv->nb[1], (size_t)(nq + nk) * 4);
+    tsl_rope_params rp = tsl_rope_default(a->n_dims);
+    rp.mode = a->rope_mode;
+    rp.freq_base = 500000.0f;
+    rp.freq_scale = 0.5f;
+    rp.attn_factor = 1.25f;
+    if (a->variant == 3) {
+        rp.ext_factor = 1.0f;
+        rp.n_ctx_orig = 32;
+    }
+    tsl_tensor *rq = tsl_rope(ctx, q, pos, ff, &rp), *rk = tsl_rope(ctx, k, pos, ff, &rp);
+    tsl_tensor *ks = tsl_set_rows(ctx, kc, tsl_reshape_2d(ctx, rk, nk, 1), pos, 1);
+    tsl_tensor *vs = tsl_set_rows(ctx, vc, tsl_transpose(ctx, v), pos, 0);
+    c->first[0] = ks;
+    c->first[1] = vs;
+    tsl_tensor *kview = tsl_view_3d(ctx, ks, a->hd, n_kv, a->nkh, ks->nb[1], (size_t)a->hd * 2, 0);
+    tsl_tensor *vview = tsl_view_3d(ctx, vs, n_kv, a->hd, a->nkh, vs->nb[1], vs->nb[1] * (size_t)a->hd, 0);
+    tsl_tensor *kq = tsl_mul_mat(ctx, kview, tsl_permute(ctx, rq, 0, 2, 1, 3));
+    tsl_tensor *sm = tsl_soft_max(ctx, kq, NULL, 1.0f / sqrtf((float)a->hd));
+    c->out = tsl_mul_mat(ctx, vview, sm);
+    c->read = a->read == 1 ? ks : a->read == 2 ? vs : a->read == 3 ? rq : NULL;
+}
+
+/* The q/k/v product of one token rotates and stores its own rows (one
+ * dispatch for the product and the three nodes after it, besides its
+ * column's quantizer) where the device has the kernel and nothing else
+ * reads the product: with the CPU's values, and bit for bit those of the
+ * nodes apart (TSL_VULKAN_FUSE_ROPE=0), NORMAL and NEOX pairs, partial
+ * rotary dims, Q8_0 and Q4_0 weights; apart where the unrotated k is read
+ * too, with frequency factors or YaRN. A position past the caches is the k
+ * store's error, as apart; the fused kernel failing to build leaves the
+ * nodes apart, with the same values. */
+static void test_qkv_rope(void) {
+    vkt_stat st = {.name = "q/k/v rope and stores"};
+    tsl_vulkan_device_info info;
+    tsl_error err;
+    CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);
+    static const qkv_arg cases[] = {
+        {TSL_TYPE_Q4_0, 256, 64, 4, 2, 37, 64, TSL_ROPE_NORMAL, 64, 0, 0},
+        {TSL_TYPE_Q4_0, 256, 64, 4, 2, 37, 64, TSL_ROPE_NORMAL, 64, 1, 0},
+        {TSL_TYPE_Q4_0, 256, 64, 4, 2, 37, 64, TSL_ROPE_NORMAL, 64, 2, 0},
+        {TSL_TYPE_Q4_0, 256, 64, 4, 2, 37, 64, TSL_ROPE_NORMAL, 64, 3, 0},
+        {TSL_TYPE_Q8_0, 128, 32, 8, 2, 5, 16, TSL_ROPE_NEOX, 32, 0, 0},
+        {TSL_TYPE_Q8_0, 128, 32, 8, 2, 5, 16, TSL_ROPE_NEOX, 16, 1, 0},
+        {TSL_TYPE_Q8_0, 128, 32, 8, 2, 5, 16, TSL_ROPE_NEOX, 16, 3, 0},
+        {TSL_TYPE_Q4_0, 512, 128, 2, 1, 0, 8, TSL_ROPE_NORMAL, 96, 1, 0},
+        {TSL_TYPE_Q4_0, 512, 128, 2, 1, 0, 8, TSL_ROPE_NORMAL, 96, 2, 0},
+        {TSL_TYPE_Q4_0, 256, 64, 4, 2, 37, 64, TSL_ROPE_NORMAL, 64, 0, 1},
+        {TSL_TYPE_Q4_0, 256, 64, 4, 2, 37, 64, TSL_ROPE_NORMAL, 64, 0, 2},
+        {TSL_TYPE_Q8_0, 128, 32, 8, 2, 5, 16, TSL_ROPE_NEOX, 32, 0, 3},
+    };
+    enum { N_CASES = sizeof cases / sizeof cases[0] };
+    /* the quantizer, the fused product and the attention's two passes;
+     * apart the product and the three nodes (rope_set_rows for k) */
+    const uint64_t apart_n = info.integer_dot ? 7 : 6, fused = info.integer_dot ? 4 : apart_n;
+    for (int i = 0; i < N_CASES; i++) {
+        const qkv_arg *a = &cases[i];
+        char what[128];
+        snprintf(what, sizeof what, "%s hd %lld x %lld/%lld, %d dims, %s, pos %lld, read %d, variant %d",
+                 a->wt == TSL_TYPE_Q4_0 ? "q4_0" : "q8_0", (long long)a->hd, (long long)a->nh, (long long)a->nkh,
+                 a->n_dims, a->rope_mode == TSL_ROPE_NEOX ? "neox" : "normal", (long long)a->pos, a->read, a->variant);
+        vkt_check_disp(&st, build_qkv, a, (unsigned long long)(2400 + i), 2e-3, 2e-3, what,
+                       a->variant ? apart_n : fused);
+    }
+    /* bit for bit the nodes apart */
+    setenv("TSL_VULKAN_FUSE_ROPE", "0", 1);
+    tsl_backend *apart = tsl_backend_vulkan_new(info.index, &err);
+    unsetenv("TSL_VULKAN_FUSE_ROPE");
+    CHECK(apart != NULL);
+    for (int i = 0; apart && i < N_CASES; i++) {
+        float *r[2] = {0};
+        int64_t nr[2] = {0};
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(apart, &s0) == TSL_SUCCESS);
+        CHECK(vkt_run(g_vk, build_qkv, &cases[i], false, 2450 + i, &r[0], &nr[0], &err) == TSL_SUCCESS);
+        CHECK(vkt_run(apart, build_qkv, &cases[i], false, 2450 + i, &r[1], &nr[1], &err) == TSL_SUCCESS);
+        CHECK(tsl_backend_vulkan_stats(apart, &s1) == TSL_SUCCESS);
+        CHECKF(s1.dispatches - s0.dispatches == apart_n, "case %d apart: %llu dispatches", i,
+               (unsigned long long)(s1.dispatches - s0.dispatches));
+        CHECK(nr[0] > 0 && nr[0] == nr[1]);
+        if (r[0] && r[1] && nr[0] == nr[1])
+            CHECKF(memcmp(r[0], r[1], (size_t)nr[0] * sizeof(float)) == 0, "case %d: fused and apart differ", i);
+        free(r[0]);
+        free(r[1]);
+    }
+    tsl_backend_free(apart);
+    /* position 8 of an 8-row cache: the k store's error, nothing stored */
+    const qkv_arg bad = {TSL_TYPE_Q4_0, 512, 128, 2, 1, 8, 8, TSL_ROPE_NORMAL, 96, 1, 0};
+    float *r = NULL;
+    int64_t nr = 0;
+    CHECK(vkt_run(g_vk, build_qkv, &bad, false, 2490, &r, &nr, &err) == TSL_FAILED);
+    char line[640];
+    tsl_error_format(&err, line, sizeof line);
+    CHECKF(err.node >= 0 && strstr(err.message, "set_rows: index 8 at position 0") != NULL &&
+               strstr(line, "SET_ROWS") != NULL,
+           "%s", line);
+    free(r);
+    vkt_check(&st, build_qkv, &cases[0], 2491, 2e-3, 2e-3, "after the index error");
+    /* the fused kernel failing to build: the nodes apart, the same values */
+    const char *names[] = {"mul_mat_vecq_q4_0_f32_rope", "mul_mat_vecq_q8_0_f32_rope"};
+    for (int v = 0; v < 2 && info.integer_dot; v++) {
+        CHECK(vk_test_set_kernel(g_vk, names[v], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+        g_expected_validation_errors +=
+            vkt_check_disp(&st, build_qkv, &cases[v ? 4 : 0], 2492 + v, 2e-3, 2e-3, names[v], apart_n);
+        CHECK(vk_test_set_kernel(g_vk, names[v], NULL, 0, NULL, &err) == TSL_SUCCESS);
+    }
+    vkt_print(&st);
+}
+
+/* ---- fusion: a norm between two products -------------------------------------- */
+
+typedef struct np_arg {
+    tsl_type wt;     /* the first product's weights (the second's: the other block type) */
+    int64_t K, M, N; /* x = add(r, mul_mat(W1 [K, M], a)); the second product W2 [M, N] */
+    int variant;     /* 0 one product after the norm; 1 two (their sum); 2 the normed row read again; 3 the
+                        normed row a graph output; 4 no residual add */
+} np_arg;
+
+/* mul_mat(W2, mul(rms_norm(add(r, mul_mat(W1, a))), w)): a decoder's output
+ * projection (or down projection), its residual, the next norm and the
+ * product after it, one column. */
+static void build_norm_prod(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
+    const np_arg *a = arg;
+    const tsl_type w2t = a->wt == TSL_TYPE_Q4_0 ? TSL_TYPE_Q8_0 : TSL_TYPE_Q4_0;
+    tsl_tensor *w1 = vkt_weight(ctx, c, a->wt, ref, a->K, a->M, 1, 1);
+    tsl_tensor *w2 = vkt_weight(ctx, c, w2t, ref, a->M, a->N, 1, 1);
+    tsl_tensor *w3 = vkt_weight(ctx, c, a->wt, ref, a->M, a->N, 1, 1);
+    tsl_tensor *in = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->K, 1, 1, 1);
+    tsl_tensor *r = vkt_input(ctx, c, IN_VAL, TSL_TYPE_F32, 1, a->M, 1, 1, 1);
+    tsl_tensor *nw = vkt_input(ctx, c, IN_POSITIVE, TSL_TYPE_F32, 1, a->M, 1, 1, 1);
+    tsl_tensor *x = vkt_mm(ctx, w1, a->wt, in, ref);
+    if (a->variant != 4) x = tsl_add(ctx, r, x);
+    tsl_tensor *y = tsl_mul(ctx, tsl_rms_norm(ctx, x, 1e-5f), nw);
+    if (a->variant == 3) y->flags |= TSL_FLAG_OUTPUT;
+    tsl_tensor *o = vkt_mm(ctx, w2, w2t, y, ref);
+    if (a->variant == 1) o = tsl_add(ctx, o, vkt_mm(ctx, w3, a->wt, y, ref));
+    if (a->variant == 2) o = tsl_add(ctx, o, tsl_view_1d(ctx, y, a->N, 0));
+    c->out = o;
+}
+
+static bool vk_remake(int index, const char *const *env);
+
+/* Largest |a - b| over n values, and the largest |b|. */
+static void vkt_maxdiff(const float *a, const float *b, int64_t n, double *diff, double *big) {
+    *diff = 0;
+    *big = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - (double)b[i]);
+        if (d > *diff || isnan(d)) *diff = isnan(d) ? INFINITY : d;
+        if (fabs((double)b[i]) > *big) *big = fabs((double)b[i]);
+    }
+}
+
+/* The norm between a product (with its residual) and the products reading
+ * its row runs in them (the first writes the norm's column, 32 rows a
+ * workgroup, unscaled; the others scale its block scales): Q4_0 and Q8_0
+ * weights, rows of 4096 and longer (the 64-lane teams), one and two
+ * products after it; apart where the normed row is read otherwise, is an
+ * output, or is longer than the norm's column takes (4096); by default
+ * only for rows of at most 2048 values (TSL_VULKAN_FUSE_NORM=1 here for the
+ * rest). The values:
+ * those of the norm apart (TSL_VULKAN_FUSE_NORM=0) within 0.2% of the
+ * largest (the column's quants and F16 scales are the norm's but where x s
+ * w and x w round across a boundary, a few blocks at most: each such block
+ * moves every value by ~2^-11 of its part), and the CPU's within 1%. The
+ * fused kernels failing to build leave the norm apart, with its values. */
+static void test_norm_products(void) {
+    vkt_stat st = {.name = "norm between products"};
+    static const np_arg cases[] = {
+        {TSL_TYPE_Q4_0, 512, 4096, 96, 0},   {TSL_TYPE_Q8_0, 256, 1024, 64, 0}, {TSL_TYPE_Q4_0, 8192, 512, 64, 0},
+        {TSL_TYPE_Q8_0, 256, 1024, 64, 1},   {TSL_TYPE_Q4_0, 256, 1024, 64, 2}, {TSL_TYPE_Q4_0, 256, 1024, 64, 3},
+        {TSL_TYPE_Q4_0, 256, 4096 + 32, 64, 0}, {TSL_TYPE_Q8_0, 256, 2048, 64, 4},
+    };
+    enum { N_CASES = sizeof cases / sizeof cases[0] };
+    /* with integer dot products: the first product's quantizer, the product
+     * (with its residual), the products after the norm (an ADD taken into
+     * the last); apart the norm too (and, for a row over 4096, the second
+     * product's quantizer). Without integer dot: every product, norm and
+     * ADD its own dispatch, nothing quantized */
+    static const uint64_t qdot[] = {3, 3, 3, 4, 4, 4, 5, 3}, plain[] = {4, 4, 4, 6, 5, 4, 4, 3};
+    tsl_vulkan_device_info info;
+    tsl_error err;
+    CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);
+    /* by default only rows of at most 2048 values (VK_NFUSE_AUTO_MAX) */
+    if (g_qdot) {
+        vkt_check_disp(&st, build_norm_prod, &cases[0], 2598, 2e-5 * sqrt(4096.0), 1e-4, "auto, 4096", 4);
+        vkt_check_disp(&st, build_norm_prod, &cases[1], 2599, 2e-5 * sqrt(1024.0), 1e-4, "auto, 1024", 3);
+    }
+    /* TSL_VULKAN_FUSE_NORM=1: any length */
+    if (!vk_remake(info.index, (const char *[]){"TSL_VULKAN_FUSE_NORM", "1", NULL})) return;
+    setenv("TSL_VULKAN_FUSE_NORM", "0", 1);
+    tsl_backend *apart = tsl_backend_vulkan_new(info.index, &err);
+    unsetenv("TSL_VULKAN_FUSE_NORM");
+    CHECK(apart != NULL);
+    for (int i = 0; apart && i < N_CASES; i++) {
+        const np_arg *a = &cases[i];
+        char what[96];
+        snprintf(what, sizeof what, "%s K %lld M %lld N %lld, variant %d", a->wt == TSL_TYPE_Q4_0 ? "q4_0" : "q8_0",
+                 (long long)a->K, (long long)a->M, (long long)a->N, a->variant);
+        float *r[3] = {0};
+        int64_t nr[3] = {0};
+        tsl_vulkan_stats s0, s1;
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s0) == TSL_SUCCESS);
+        const bool ok = vkt_run(g_vk, build_norm_prod, a, false, 2600 + i, &r[0], &nr[0], &err) == TSL_SUCCESS &&
+                        vkt_run(apart, build_norm_prod, a, false, 2600 + i, &r[1], &nr[1], &err) == TSL_SUCCESS &&
+                        vkt_run(g_cpu, build_norm_prod, a, true, 2600 + i, &r[2], &nr[2], &err) == TSL_SUCCESS &&
+                        nr[0] == a->N && nr[1] == a->N && nr[2] == a->N;
+        CHECKF(ok, "%s: %s", what, err.message);
+        CHECK(tsl_backend_vulkan_stats(g_vk, &s1) == TSL_SUCCESS);
+        const uint64_t want = g_qdot ? qdot[i] : plain[i];
+        CHECKF(s1.dispatches - s0.dispatches == want, "%s: %llu dispatches, want %llu", what,
+               (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)want);
+        if (ok) {
+            double d, big, dc, bc;
+            vkt_maxdiff(r[0], r[1], a->N, &d, &big);
+            vkt_maxdiff(r[0], r[2], a->N, &dc, &bc);
+            CHECKF(d <= 2e-3 * big && dc <= 1e-2 * bc, "%s: %.3g from the norm apart, %.3g from the CPU (largest %.3g)",
+                   what, d, dc, bc);
+            if (d / (2e-3 * big) > st.worst) st.worst = d / (2e-3 * big);
+            if (d > st.max_err) st.max_err = d;
+        }
+        st.cases++;
+        for (int j = 0; j < 3; j++) free(r[j]);
+    }
+    tsl_backend_free(apart);
+    /* the fused kernels failing to build: the norm apart, the same values */
+    const char *names[] = {"mul_mat_vecq_q4_0_f32_nq", "mul_mat_vecq_q4_0_f32_nq_w1024", "mul_mat_vecq_q8_0_f32_ns"};
+    for (int v = 0; v < 3 && g_qdot; v++) {
+        CHECK(vk_test_set_kernel(g_vk, names[v], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+        g_expected_validation_errors += vkt_check_disp(&st, build_norm_prod, &cases[v == 1 ? 2 : 0], 2690 + v,
+                                                       2e-5 * sqrt(4096.0), 1e-4, names[v], 4);
+        CHECK(vk_test_set_kernel(g_vk, names[v], NULL, 0, NULL, &err) == TSL_SUCCESS);
+    }
+    vk_remake(info.index, (const char *[]){NULL});
     vkt_print(&st);
 }
 
@@ -2187,6 +2460,8 @@ int main(void) {
     RUN(test_conv_products);
     RUN(test_rope_rows);
     RUN(test_norm_rope);
+    RUN(test_qkv_rope);
+    RUN(test_norm_products);
     RUN(test_attention);
     RUN(test_command_buffers);
     RUN(test_barriers);

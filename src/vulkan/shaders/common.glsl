@@ -4,7 +4,8 @@
  * Binding convention (one descriptor set layout serves every pipeline, so
  * encoding never switches layouts): 0, 1, 2 are the node's sources, 3 is
  * the destination, 4 is the compute's status words (in-kernel data errors,
- * e.g. an out-of-range get_rows index). A binding starts at the storage
+ * e.g. an out-of-range get_rows index), 5 a scratch a fused kernel reads
+ * and writes, 6 a fourth source. A binding starts at the storage
  * offset alignment at or below the tensor; the tensor's first element sits
  * `o*` elements further in, passed as a push constant. Strides are element
  * strides (byte strides divided by the element size, on the host), so any

@@ -36,6 +36,47 @@
  * not staged: each lane reads its activations from binding 2 through the
  * caches, and K is not bounded).
  *
+ * ROPE (mul_mat_vecq_*_rope): the q/k/v product of a decoder's attention,
+ * rotating its own rows. The backend fuses the product with the three
+ * nodes that read its parts (vk_backend.c: rope(q), set_rows(K cache,
+ * rope(k)), set_rows(V cache, v), one token): rows [0, nq) are q, the
+ * next nk are k (both whole heads of hd rows), the rest v. A team's two
+ * rows are one rope pair (NORMAL: rows 2i, 2i+1 of a head; NEOX: i and
+ * i + n_dims / 2), so once their sums meet one lane turns them by the
+ * pair's angle (rope.glsl, the rope kernel's own functions) and stores q
+ * (after qwen2's biases, one row at binding 6, where the backend took
+ * their ADD into the product) into the rope's output (binding 3), k into
+ * row p of the K cache and v
+ * into column p of the transposed V cache (both F16, in binding 5, which
+ * spans both caches), p the position at binding 1. A position outside the
+ * cache stores no k or v and is the k store's data error, as in
+ * rope_set_rows. The rope level between the product and the attention
+ * goes: one level and three dispatches fewer a layer.
+ *
+ * A norm between products, in the products (the NORMQ and NS variants).
+ * mul(rms_norm(x), w) costs a level of its own between the product that
+ * makes x (with the residual added) and the products that read the normed
+ * row's quantized column. Its two reductions split: a NORMQ product
+ * (mul_mat_vecq_*_nq) computes 32 rows a workgroup, so once its rows are
+ * stored each workgroup holds one whole Q8_0 block of x; it quantizes that
+ * block's x * w (the weight, one row at binding 6) into a second column in
+ * the scratch (binding 5, from word pc.oqo), with the block's scale left
+ * unrounded, and writes the block's sum of squares after the column. Q8_0
+ * is scale-invariant: the quants of x * w * s are those of x * w, and the
+ * block's scale s times as large. So the NS products that read the column
+ * (mul_mat_vecq_*_ns, *_rope_ns) sum the blocks' squares into s = 1 /
+ * sqrt(mean(x^2) + eps) (eps in word 17, which nothing else reads here;
+ * each team its own sum, no barrier) while their first weights load, and
+ * take each block's scale as s times the unrounded one, rounded to F16, as
+ * the norm apart rounds the scale of x s w. The normed row is never
+ * written; the level goes. The quants and scales are the norm's apart but
+ * where a float rounding of x s w against x w falls on a rounding boundary
+ * of a quant or an F16 scale: a few blocks in a row. On the H200 this pays
+ * for short rows only (Qwen2.5-0.5B's 896: 7% of a token's GPU time) and
+ * costs for long ones (Llama-3-8B's 4096: the products with the norm's
+ * work run 2.5-5 us longer each, more than its level): the backend fuses
+ * rows of at most 2048 by default (vk_backend.c).
+ *
  * Needs VK_KHR_shader_integer_dot_product (OpSDot, declared below through
  * GL_EXT_spirv_intrinsics: the GLSL compilers of Debian 12 predate
  * GL_EXT_integer_dot_product). The host uses the kernel only where the
@@ -46,6 +87,13 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_spirv_intrinsics : require
 #include "common.glsl"
+#if defined(NORMQ) || defined(NS)
+#include "q8.glsl"
+#endif
+#if defined(ROPE)
+#include "conv.glsl"
+#include "rope.glsl"
+#endif
 
 /* OpSDot (4450) on two 32-bit words read as 4 signed bytes (packed format 0) */
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
@@ -73,8 +121,28 @@ layout(push_constant) uniform P {
     uint flags;               /* 64: add the residual (binding 1) to each result */
     uint oq, cq;              /* the quantized column (binding 2): first word, words per batch (multiples of 4) */
     uint ores;                /* the residual's first element; its strides are the result's */
+#if defined(ROPE)
+    float theta_hi, theta_lo, freq_scale, mscale; /* the rope's (rope.comp) */
+    uint ko, ks, vo, vs;      /* in binding 5: K's row 0 and row stride, V's column 0 and channel stride */
+#elif defined(NORMQ)
+    uint oqo;                 /* in binding 5: the first word of the column this product's rows make */
+    uint ow;                  /* in binding 6: the norm's weight's first element */
+#endif
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
+#if defined(NS)
+#define NS_EPS uintBitsToFloat(pc.ob) /* the norm's eps, in a word nothing else reads here */
+#endif
+#if defined(ROPE)
+/* the rope's other parameters in words this kernel does not read otherwise
+ * (one column: no column strides, no result row stride) */
+#define R_DIMS pc.sb0 /* n_dims | hd << 16 */
+#define R_OP pc.sb1   /* the position's element in binding 1 */
+#define R_NQK pc.sb2  /* nq | nk << 16 */
+#define R_LIM pc.sb3  /* the caches' positions */
+#define R_NODE pc.sd1 /* the k store's node, for a position's error */
+#define R_NEOX 128u   /* flags: NEOX pairs */
+#endif
 
 #if defined(A_Q8_0)
 #define BW 17u  /* 16-bit words per block, the scale first */
@@ -95,15 +163,189 @@ layout(binding = 2) readonly restrict buffer Q4 { uvec4 q4[]; };
 layout(binding = 2) readonly restrict buffer Q2 { uvec2 q2[]; };
 layout(binding = 1) readonly buffer RES { float res[]; };
 layout(binding = 3) writeonly buffer D { float d[]; };
+#if defined(ROPE)
+layout(binding = 1) readonly buffer PS { int rpos[]; };
+layout(binding = 5) writeonly buffer KVC { uint16_t kvc[]; };
+layout(binding = 6) readonly buffer BIAS { float bias[]; };
+
+/* The rows of rope unit u (a team's two rows): q, k (whole heads of hd rows)
+ * or v; kind 0 a rotated pair (pair index i of its head), 1 two copied
+ * rows; sec 0 q, 1 k, 2 v. */
+void rope_rows(uint u, out uint ra, out uint rb, out uint kind, out uint i, out uint sec) {
+    const uint nd = R_DIMS & 0xffffu, hd = R_DIMS >> 16, nq = R_NQK & 0xffffu, nk = R_NQK >> 16;
+    const uint r0 = 2u * u;
+    i = 0u;
+    if (r0 >= nq + nk) {
+        ra = r0;
+        rb = r0 + 1u;
+        kind = 1u;
+        sec = 2u;
+        return;
+    }
+    sec = r0 < nq ? 0u : 1u;
+    const uint base = sec == 0u ? 0u : nq, rr = r0 - base, hb = base + (rr / hd) * hd, ju = (rr % hd) / 2u;
+    if (ju < nd / 2u) {
+        kind = 0u;
+        i = ju;
+        const bool neox = (pc.flags & R_NEOX) != 0u;
+        ra = hb + (neox ? ju : 2u * ju);
+        rb = ra + (neox ? nd / 2u : 1u);
+    } else { /* past n_dims: rows 2 ju, 2 ju + 1 of the head in both modes */
+        kind = 1u;
+        ra = hb + 2u * ju;
+        rb = ra + 1u;
+    }
+}
+
+/* Rope unit u's two results, turned and stored where the three nodes the
+ * kernel stands for put them */
+void rope_store(uint u, float v0, float v1) {
+    uint ra, rb, kind, i, sec;
+    rope_rows(u, ra, rb, kind, i, sec);
+    const int p = rpos[R_OP];
+    /* qwen2's biases (flags 64), at binding 6, as store() adds them */
+    float y0 = (pc.flags & 64u) != 0u ? bias[pc.ores + ra] + v0 : v0;
+    float y1 = (pc.flags & 64u) != 0u ? bias[pc.ores + rb] + v1 : v1;
+    if (kind == 0u) {
+        const float th = rope_theta(i, p, pc.theta_hi, pc.theta_lo, pc.freq_scale, 0.0, 0.0, 0.0, false, 1.0);
+        rope_rotate(y0, y1, th, pc.mscale, y0, y1);
+    }
+    if (sec == 0u) {
+        d[pc.od + ra] = y0;
+        d[pc.od + rb] = y1;
+        return;
+    }
+    if (p < 0 || uint(p) >= R_LIM) {
+        TSL_INDEX_ERROR(R_NODE, uint(p), 0u)
+        return;
+    }
+    const uint nq = R_NQK & 0xffffu, nk = R_NQK >> 16;
+    if (sec == 1u) {
+        const uint o = pc.ko + uint(p) * pc.ks - nq;
+        kvc[o + ra] = uint16_t(f32_to_f16_bits(floatBitsToUint(y0)));
+        kvc[o + rb] = uint16_t(f32_to_f16_bits(floatBitsToUint(y1)));
+    } else {
+        const uint c = ra - nq - nk;
+        kvc[pc.vo + c * pc.vs + uint(p)] = uint16_t(f32_to_f16_bits(floatBitsToUint(y0)));
+        kvc[pc.vo + (c + 1u) * pc.vs + uint(p)] = uint16_t(f32_to_f16_bits(floatBitsToUint(y1)));
+    }
+}
+#endif
 
 /* Result v of row m, batch (i2, i3), stored: plus the residual when the
  * backend fused add(residual, this product) into the kernel (flags 64). In
  * place over the residual is safe: one invocation reads and writes each
  * element. */
+#if defined(NORMQ)
+layout(binding = 5) writeonly buffer XO { uint xo[]; };
+layout(binding = 6) readonly buffer NW { float nw[]; };
+shared float nq_x[32];
+shared float nq_y[32];
+shared int nq_q[32];
+shared float nq_sc[2];
+#endif
+
 void store(uint m, uint i2, uint i3, float v) {
     const uint o = m + i2 * pc.sd2 + i3 * pc.sd3;
-    d[pc.od + o] = (pc.flags & 64u) != 0u ? res[pc.ores + o] + v : v;
+    const float r = (pc.flags & 64u) != 0u ? res[pc.ores + o] + v : v;
+    d[pc.od + o] = r;
+#if defined(NORMQ)
+    nq_x[m % 32u] = r; /* the workgroup's 32 rows: one block */
+#endif
 }
+
+/* Words of one quantized column of nb blocks (vk_mm_qcol_words): quants, then
+ * scales and sums, rounded up to 16 bytes; the blocks' sums of squares of a
+ * NORMQ product follow. */
+uint qcol_words(uint nb) { return (nb * 10u + 3u) / 4u * 4u; }
+
+#if defined(NORMQ)
+/* Block wg of the column this product's rows make: x * w quantized (with
+ * the scale of x * w, q8.glsl's arithmetic, left unrounded) and the
+ * block's sum of x^2. Reached by the whole workgroup (its barrier), after
+ * every row is stored. With 32 lanes or more to a subgroup, the first
+ * subgroup does it, a row a lane, in subgroup operations; otherwise
+ * invocations 0..31 through shared memory. */
+/* The norm weight of row `row` of the block for the invocation that will
+ * quantize it (normq_block), loaded when the kernel starts, not after its
+ * last barrier */
+float normq_weight(uint wg) {
+    const uint i = gl_SubgroupSize >= 32u ? gl_SubgroupInvocationID : gl_LocalInvocationID.x;
+    const bool mine = gl_SubgroupSize >= 32u ? gl_SubgroupID == 0u && i < 32u : i < 32u;
+    return mine ? nw[pc.ow + wg * 32u + i] : 0.0;
+}
+
+void normq_block(uint wg, float wv) {
+    barrier();
+    const uint t = gl_LocalInvocationID.x, nbo = pc.M / 32u;
+    const uint sq = pc.oqo + qcol_words(nbo) + wg, sc = pc.oqo + 8u * nbo + 2u * wg;
+    if (gl_SubgroupSize >= 32u) { /* uniform */
+        if (gl_SubgroupID != 0u) return;
+        const uint i = gl_SubgroupInvocationID;
+        const bool on = i < 32u;
+        const float x = on ? nq_x[i] : 0.0;
+        float y = 0.0;
+        if (on) {
+            precise const float p = x * wv;
+            y = p;
+        }
+        const float amax = subgroupMax(abs(y)), ss = subgroupAdd(x * x);
+        float dq, id;
+        q8_scale(amax, dq, id);
+        const int q = on ? quant_of(y, id) : 0;
+        const int total = subgroupAdd(q);
+        if (on) nq_q[i] = q;
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        if (i < 8u) {
+            uint word = 0u;
+            for (uint j = 0u; j < 4u; j++) word |= (uint(nq_q[4u * i + j]) & 0xffu) << (8u * j);
+            Q8_STORE_WORD(xo, pc.oqo, nbo, wg, i, word);
+        }
+        if (i == 0u) {
+            xo[sq] = floatBitsToUint(ss);
+            xo[sc] = floatBitsToUint(dq);
+            xo[sc + 1u] = floatBitsToUint(float(total));
+        }
+        return;
+    }
+    float y = 0.0;
+    if (t < 32u) {
+        precise const float p = nq_x[t] * wv;
+        y = p;
+        nq_y[t] = y;
+    }
+    barrier();
+    if (t == 0u) {
+        float amax = 0.0, ss = 0.0;
+        for (uint i = 0u; i < 32u; i++) {
+            amax = max(amax, abs(nq_y[i]));
+            ss += nq_x[i] * nq_x[i];
+        }
+        float dq, id;
+        q8_scale(amax, dq, id);
+        nq_sc[0] = dq;
+        nq_sc[1] = id;
+        xo[sq] = floatBitsToUint(ss);
+        /* the scale unrounded: the reader rounds it to F16 once it is s
+         * times as large, as the norm apart rounds the scale of x s w */
+        xo[sc] = floatBitsToUint(dq);
+    }
+    barrier();
+    if (t < 32u) nq_q[t] = quant_of(y, nq_sc[1]);
+    barrier();
+    if (t < 8u) {
+        uint word = 0u;
+        for (uint j = 0u; j < 4u; j++) word |= (uint(nq_q[4u * t + j]) & 0xffu) << (8u * j);
+        Q8_STORE_WORD(xo, pc.oqo, nbo, wg, t, word);
+        if (t == 0u) {
+            int total = 0;
+            for (uint i = 0u; i < 32u; i++) total += nq_q[i];
+            xo[sc + 1u] = floatBitsToUint(float(total));
+        }
+    }
+}
+#endif
 
 /* the quantized column: block b's activations 0..15 at qs[2b], qs[2b+1]
  * (8 bytes each), 16..31 at qs[2 (KB + b)], ...; its scale (F16-rounded)
@@ -112,6 +354,32 @@ const uint KBS = KB == 0u ? 1u : KB; /* KB 0: no staging, the column read where 
 shared uvec2 qs[4u * KBS];
 shared vec2 qd[KBS];
 shared float red[W * R];
+
+#if defined(NS)
+float g_nsc = 1.0; /* the norm's scale s */
+shared float nsred[W];
+
+/* s = 1 / sqrt(mean(x^2) + eps) from the blocks' sums of squares after the
+ * column, the same sum in the same order in every team: where a team is a
+ * subgroup, its own lanes' loads and one subgroupAdd (no barrier; the
+ * weights' first loads are in flight meanwhile); otherwise the workgroup's
+ * through shared memory */
+float norm_scale(uint nb, uint z, uint lane) {
+    const uint base = pc.oq + z * pc.cq + qcol_words(nb);
+    float s2 = 0.0;
+    if (T == gl_SubgroupSize) { /* uniform */
+        for (uint b = lane; b < nb; b += T) s2 += uintBitsToFloat(q1[base + b]);
+        return inversesqrt(subgroupAdd(s2) / float(pc.K) + NS_EPS);
+    }
+    for (uint b = gl_LocalInvocationID.x; b < nb; b += W) s2 += uintBitsToFloat(q1[base + b]);
+    s2 = subgroupAdd(s2);
+    if (subgroupElect()) nsred[gl_SubgroupID] = s2;
+    barrier();
+    float t = 0.0;
+    for (uint g = 0u; g < gl_NumSubgroups; g++) t += nsred[g];
+    return inversesqrt(t / float(pc.K) + NS_EPS);
+}
+#endif
 
 /* The quantized column into shared memory: 16-byte copies */
 void stage_column(uint nb, uint z) {
@@ -134,7 +402,16 @@ uvec2 act(uint cb2, uint nb, uint h, uint b, uint s) {
     return KB == 0u ? q2[cb2 + 2u * (h * nb + b) + s] : qs[2u * (h * KBS + b) + s];
 }
 vec2 act_scale(uint cb2, uint nb, uint b) {
-    return KB == 0u ? uintBitsToFloat(q2[cb2 + 4u * nb + b]) : qd[b];
+    const vec2 v = KB == 0u ? uintBitsToFloat(q2[cb2 + 4u * nb + b]) : qd[b];
+#if defined(NS)
+    /* a norm's column: its scale s times as large, rounded to F16 on its
+     * bits, as the norm apart rounds it (packHalf2x16 would take four
+     * registers fewer here, but its rounding is the device's: on the H200
+     * the logits then moved by 1%, bench/RESULTS.md run 113) */
+    return vec2(f16_round(v.x * g_nsc), v.y);
+#else
+    return v;
+#endif
 }
 
 /* Word i of the quants a lane reads, from the 32-bit words w it loaded: the
@@ -162,11 +439,25 @@ void main() {
     }
 
     const uint row0 = (wg * S + team) * R;
+#if defined(NORMQ)
+    const float nq_wv = normq_weight(wg);
+#endif
     const uint i2 = gl_WorkGroupID.z % pc.B2, i3 = gl_WorkGroupID.z / pc.B2;
     const uint abase = pc.oa + (i2 / pc.r2) * pc.sa2 + (i3 / pc.r3) * pc.sa3;
 
     uint arow[R];
+#if defined(ROPE)
+    /* R is 2 (the host uses the kernel only so): the team's rope pair */
+    const uint unit = wg * S + team;
+    {
+        uint ra, rb, kind, i, sec;
+        rope_rows(min(unit, pc.M / 2u - 1u), ra, rb, kind, i, sec);
+        arow[0] = abase + ra * pc.sa1;
+        arow[R - 1u] = abase + rb * pc.sa1;
+    }
+#else
     [[unroll]] for (uint r = 0u; r < R; r++) arow[r] = abase + min(row0 + r, pc.M - 1u) * pc.sa1;
+#endif
 
     /* lane: bytes lp * QB .. of block lb of each step; a step is bps blocks */
     const uint bps = T / LPB, lb = lane / LPB, lp = lane % LPB;
@@ -193,6 +484,9 @@ void main() {
         stage_column(nb, gl_WorkGroupID.z);
         barrier();
     }
+#if defined(NS)
+    g_nsc = norm_scale(nb, gl_WorkGroupID.z, lane);
+#endif
 
     float acc[R];
     [[unroll]] for (uint r = 0u; r < R; r++) acc[r] = 0.0;
@@ -257,10 +551,18 @@ void main() {
 
     /* the team's sums */
     if (T == gl_SubgroupSize) {
+#if defined(ROPE)
+        const float v0 = subgroupAdd(acc[0]), v1 = subgroupAdd(acc[R - 1u]);
+        if (lane == 0u && 2u * unit < pc.M) rope_store(unit, v0, v1);
+#else
         [[unroll]] for (uint r = 0u; r < R; r++) {
             const float v = subgroupAdd(acc[r]);
             if (lane == r && row0 + r < pc.M) store(row0 + r, i2, i3, v);
         }
+#endif
+#if defined(NORMQ)
+        normq_block(wg, nq_wv); /* uniform: T and the subgroup size are */
+#endif
         return;
     }
     uint parts;
@@ -276,9 +578,23 @@ void main() {
         [[unroll]] for (uint r = 0u; r < R; r++) red[(team * R + r) * parts + lane] = acc[r];
     }
     barrier();
+#if defined(ROPE)
+    if (lane == 0u && 2u * unit < pc.M) {
+        float v0 = 0.0, v1 = 0.0;
+        for (uint i = 0u; i < parts; i++) {
+            v0 += red[(team * R) * parts + i];
+            v1 += red[(team * R + R - 1u) * parts + i];
+        }
+        rope_store(unit, v0, v1);
+    }
+#else
     if (lane < R) {
         float v = 0.0;
         for (uint i = 0u; i < parts; i++) v += red[(team * R + lane) * parts + i];
         if (row0 + lane < pc.M) store(row0 + lane, i2, i3, v);
     }
+#endif
+#if defined(NORMQ)
+    normq_block(wg, nq_wv);
+#endif
 }

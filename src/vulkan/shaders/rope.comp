@@ -9,12 +9,8 @@
  * NORMAL rotates (x[2i], x[2i+1]), NEOX (x[i], x[i + n_dims/2]); dims past
  * n_dims are copied. One invocation per rotated pair or copied element.
  *
- * Angles: with ROPE_F64 (devices with shaderFloat64) the angle is formed and
- * reduced modulo 2 pi in double, as the CPU forms it, so positions in the
- * hundred thousands still agree to float precision; base^(-2/n_dims) comes
- * from the host in double as a float pair (hi + lo), and its i-th power is
- * taken by squaring. Without doubles everything is float, which loses about
- * pos * 6e-8 radians.
+ * Angles and the rotation are rope.glsl's (in double with ROPE_F64), which
+ * the q/k/v product that rotates its own rows shares (mul_mat_vecq.comp).
  *
  * STORE_ROWS (rope_set_rows_f16): the rotated values go straight into an F16
  * cache, set_rows(cache, reshape_2d(rope(k, pos)), pos, 1) in one dispatch,
@@ -35,6 +31,7 @@
  * fewer for each of q and k (vk_backend.c).
  */
 #include "common.glsl"
+#include "rope.glsl"
 #if defined(STORE_ROWS)
 #extension GL_EXT_shader_16bit_storage : require
 #include "conv.glsl"
@@ -79,11 +76,6 @@ layout(binding = 3) writeonly buffer D { float d[]; };
 #define STORE(o, v) d[o] = (v)
 #endif
 
-float ramp(uint i) {
-    float y = (float(i) - pc.corr0) / max(0.001, pc.corr1 - pc.corr0);
-    return 1.0 - clamp(y, 0.0, 1.0);
-}
-
 /* Element j of the row at xa as the rope takes it: with NORM normed and
  * weighted (w's first element and stride in pc.off, pc.sff) */
 float xval(uint xa, uint j, float scale) {
@@ -106,40 +98,14 @@ void rope_one(uint t, uint xa, uint xd, int p, float scale) {
         return;
     }
     const uint i = t;
-#if defined(ROPE_F64)
-    /* the mix multiplies angles of 1e5 radians: a float ramp would move
-     * them by hundredths */
-    double mix = 0.0LF;
-    if (pc.ext_factor != 0.0) {
-        double y = (double(i) - double(pc.corr0)) / max(0.001LF, double(pc.corr1) - double(pc.corr0));
-        mix = (1.0LF - clamp(y, 0.0LF, 1.0LF)) * double(pc.ext_factor);
-    }
-    double f = 1.0LF, base = double(pc.theta_hi) + double(pc.theta_lo);
-    for (uint n = i; n != 0u; n >>= 1) { /* base^i by squaring */
-        if ((n & 1u) != 0u) f *= base;
-        base *= base;
-    }
-    if (pc.has_ff != 0u) f /= double(ff[pc.off + i * pc.sff]);
-    const double te = double(p) * f;
-    const double ti = double(pc.freq_scale) * te;
-    double theta = ti * (1.0LF - mix) + te * mix;
-    const double two_pi = 6.283185307179586476925LF;
-    theta -= two_pi * floor(theta / two_pi);
-    const float th = float(theta);
-#else
-    const float mix = pc.ext_factor != 0.0 ? ramp(i) * pc.ext_factor : 0.0;
-    float f = pow(pc.theta_hi, float(i));
-    if (pc.has_ff != 0u) f /= ff[pc.off + i * pc.sff];
-    const float te = float(p) * f;
-    const float ti = pc.freq_scale * te;
-    const float th = ti * (1.0 - mix) + te * mix;
-#endif
-    const float c = cos(th) * pc.mscale, s = sin(th) * pc.mscale;
+    const float th = rope_theta(i, p, pc.theta_hi, pc.theta_lo, pc.freq_scale, pc.ext_factor, pc.corr0, pc.corr1,
+                                pc.has_ff != 0u, pc.has_ff != 0u ? ff[pc.off + i * pc.sff] : 1.0);
     const uint j0 = pc.neox != 0u ? i : 2u * i;
     const uint j1 = pc.neox != 0u ? i + half_dims : 2u * i + 1u;
-    const float x0 = xval(xa, j0, scale), x1 = xval(xa, j1, scale);
-    STORE(xd + j0 * pc.sd0, x0 * c - x1 * s);
-    STORE(xd + j1 * pc.sd0, x0 * s + x1 * c);
+    float y0, y1;
+    rope_rotate(xval(xa, j0, scale), xval(xa, j1, scale), th, pc.mscale, y0, y1);
+    STORE(xd + j0 * pc.sd0, y0);
+    STORE(xd + j1 * pc.sd0, y1);
 }
 
 #if defined(NORM)
