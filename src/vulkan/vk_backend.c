@@ -700,6 +700,18 @@ static vk_bind vk_buf_bind(const vk_buf *q) {
     return (vk_bind){.blk = q->blk, .off = q->off, .range = q->size, .eoff = 0, .lo = q->off, .hi = q->off + q->size};
 }
 
+/* The span of one memory block that holds bindings a and b, as one binding
+ * (element offsets left to the caller). */
+static vk_bind vk_span_of(const vk_bind *a, const vk_bind *b) {
+    vk_bind s = *a;
+    s.off = a->off < b->off ? a->off : b->off;
+    s.range = (a->off + a->range > b->off + b->range ? a->off + a->range : b->off + b->range) - s.off;
+    s.eoff = 0;
+    s.lo = a->lo < b->lo ? a->lo : b->lo;
+    s.hi = a->hi > b->hi ? a->hi : b->hi;
+    return s;
+}
+
 /* The integer-dot mat-vec's column scratch, as a binding. */
 static vk_bind vk_qscr_bind(const vk_backend *be) { return vk_buf_bind(be->qscr); }
 
@@ -921,13 +933,8 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
                 m.fused = x->node;
                 m.rb = z->b[0];
                 const vk_bind *kb = &x->b[0], *vb = &z->b[0];
-                m.b[0] = *kb;
-                m.b[0].off = kb->off < vb->off ? kb->off : vb->off;
-                m.b[0].range = (kb->off + kb->range > vb->off + vb->range ? kb->off + kb->range : vb->off + vb->range) -
-                               m.b[0].off;
+                m.b[0] = vk_span_of(kb, vb);
                 m.b[0].eoff = kb->eoff + (uint32_t)((kb->off - m.b[0].off) / 2);
-                m.b[0].lo = kb->lo < vb->lo ? kb->lo : vb->lo;
-                m.b[0].hi = kb->hi > vb->hi ? kb->hi : vb->hi;
                 m.b[1] = x->b[1];
                 m.b[2] = y->node->src[1] ? y->b[1] : (vk_bind){0};
                 m.cost_s += x->cost_s + y->cost_s;
@@ -1061,36 +1068,82 @@ static bool vk_part_of(const tsl_tensor *t, const tsl_tensor *root, size_t offs,
            t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 && t->ne[3] == 1;
 }
 
-/* Is every reader of qkv (or of a view of it) one of the three nodes the
- * fused kernel stands for, with neither qkv nor a view of it a graph
- * output? The kernel does not write qkv at all. */
-static bool vk_qkv_readers(const tsl_graph *g, const tsl_tensor *qkv, const tsl_tensor *const r[3]) {
-    if (qkv->flags & TSL_FLAG_OUTPUT) return false;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const tsl_tensor *t = g->nodes[i];
-        if (!t || t == qkv || t == r[0] || t == r[1] || t == r[2]) continue;
-        if (t->view_src == qkv && tsl_op_is_view(t->op)) {
-            if (t->flags & TSL_FLAG_OUTPUT) return false;
-            continue;
-        }
-        for (int j = 0; j < TSL_MAX_SRC; j++) {
-            const tsl_tensor *s = t->src[j];
-            if (s && (s == qkv || s->view_src == qkv)) return false;
-        }
-    }
+/* Who reads a few root tensors, counted in one pass over a graph, for the
+ * fusions that leave a root unwritten (vk_fuse_qkv_ropes, vk_fuse_norms):
+ * a root's readers are the nodes that read it or a view of it (a node once,
+ * however many of its sources do; the views themselves are not readers,
+ * and a node that is not a view yet lies in the root's memory counts as
+ * one), and `out` says whether it or a view of it is a graph output. The
+ * roots sit in a small open-addressed table keyed by address. */
+enum { VK_RC_SET = 512, VK_RC_MAX = VK_RC_SET / 2 - 1 };
+typedef struct vk_rcount {
+    const tsl_tensor *key[VK_RC_SET];
+    int n[VK_RC_SET];
+    bool out[VK_RC_SET];
+    int used;
+} vk_rcount;
+
+static int vk_rc_slot(const vk_rcount *rc, const tsl_tensor *t) {
+    size_t h = ((uintptr_t)t >> 4) % VK_RC_SET;
+    while (rc->key[h] && rc->key[h] != t) h = (h + 1) % VK_RC_SET;
+    return (int)h;
+}
+
+/* Add root t (false: the table is full). */
+static bool vk_rc_add(vk_rcount *rc, const tsl_tensor *t) {
+    const int h = vk_rc_slot(rc, t);
+    if (rc->key[h]) return true;
+    if (rc->used >= VK_RC_MAX) return false;
+    rc->key[h] = t;
+    rc->n[h] = 0;
+    rc->out[h] = (t->flags & TSL_FLAG_OUTPUT) != 0;
+    rc->used++;
     return true;
 }
 
-/* The span of one memory block that holds bindings a and b, as one binding
- * (element offsets left to the caller). */
-static vk_bind vk_span_of(const vk_bind *a, const vk_bind *b) {
-    vk_bind s = *a;
-    s.off = a->off < b->off ? a->off : b->off;
-    s.range = (a->off + a->range > b->off + b->range ? a->off + a->range : b->off + b->range) - s.off;
-    s.eoff = 0;
-    s.lo = a->lo < b->lo ? a->lo : b->lo;
-    s.hi = a->hi > b->hi ? a->hi : b->hi;
-    return s;
+static void vk_rc_count(vk_rcount *rc, const tsl_graph *g) {
+    if (rc->used == 0) return;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const tsl_tensor *t = g->nodes[i];
+        if (!t) continue;
+        if (t->view_src) {
+            const int h = vk_rc_slot(rc, t->view_src);
+            if (rc->key[h]) {
+                if (t->flags & TSL_FLAG_OUTPUT) rc->out[h] = true;
+                if (tsl_op_is_view(t->op)) continue; /* a view: its readers are the root's */
+                rc->n[h]++;
+                continue; /* a node in the root's memory: one reader, whatever it reads */
+            }
+        }
+        for (int j = 0; j < TSL_MAX_SRC; j++) {
+            const tsl_tensor *sj = t->src[j];
+            if (!sj) continue;
+            const tsl_tensor *r = sj->view_src ? sj->view_src : sj;
+            bool again = false;
+            for (int j2 = 0; j2 < j && !again; j2++)
+                again = t->src[j2] && (t->src[j2]->view_src ? t->src[j2]->view_src : t->src[j2]) == r;
+            const int h = vk_rc_slot(rc, r);
+            if (!again && rc->key[h] && r != t) rc->n[h]++;
+        }
+    }
+}
+
+/* Is root t read by exactly `want` nodes and no graph output (t counted)? */
+static bool vk_rc_only(const vk_rcount *rc, const tsl_tensor *t, int want) {
+    const int h = vk_rc_slot(rc, t);
+    return rc->key[h] == t && !rc->out[h] && rc->n[h] == want;
+}
+
+/* Pipeline of kernel id for a fusion pass (cached in pipes[slot]; a kernel
+ * that fails to build is remembered in failed[slot], and the pass then
+ * leaves its nodes apart), or VK_NULL_HANDLE. */
+static VkPipeline vk_pass_pipe(vk_device *d, int id, int slot, VkPipeline *pipes, bool *failed) {
+    if (!pipes[slot] && !failed[slot]) {
+        const vk_kernel *fk = NULL;
+        if (d->k[id].runnable) pipes[slot] = vk_kernel_get(d, id, &fk);
+        failed[slot] = !pipes[slot];
+    }
+    return pipes[slot];
 }
 
 /* Integer-dot mat-vec m, the q/k/v product of one token (with its biases
@@ -1101,9 +1154,10 @@ static vk_bind vk_span_of(const vk_bind *a, const vk_bind *b) {
  * reads the product, the ropes need no frequency factors and no YaRN, and
  * the caches are F16 rows in one block, the four become one dispatch of
  * the product's VECQR twin, which rotates and stores its own rows
- * (mul_mat_vecq.comp, ROPE): fills f and returns true. */
-static bool vk_qkv_rope(vk_backend *be, const tsl_graph *g, const vk_exec *m, const vk_exec *const y[3], int kernel,
-                        vk_exec *f) {
+ * (mul_mat_vecq.comp, ROPE): fills f and returns true. With collect, the
+ * product goes into rc's roots instead (and false is returned). */
+static bool vk_qkv_rope(vk_backend *be, vk_rcount *rc, bool collect, const vk_exec *m, const vk_exec *const y[3],
+                        int kernel, vk_exec *f) {
     const vk_device *d = be->dev;
     /* the product, or the ADD of its biases it took in (qwen2: one row, vk_fuse) */
     const bool bias = m->fused && m->fused->op == TSL_OP_ADD;
@@ -1141,10 +1195,15 @@ static bool vk_qkv_rope(vk_backend *be, const tsl_graph *g, const vk_exec *m, co
     if (!tsl_is_contiguous(qr) || qr->type != TSL_TYPE_F32 || kst->nb[0] != 2 || vst->nb[0] != 2 ||
         kst->ne[1] != vst->ne[0] || kst->ne[0] < nk || vst->ne[1] < nv || kst->ne[1] > UINT32_MAX)
         return false;
-    const tsl_tensor *r3[3] = {qr, kr, vst};
-    if (!vk_qkv_readers(g, qkv, r3)) return false;
-    /* (with the biases' ADD taken in, the product's own output is read by
-     * that ADD alone: vk_fuse checked it) */
+    /* nothing but the three reads the product (their views of it);
+     * with the biases' ADD taken in, the product's own output is read by
+     * that ADD alone: vk_fuse checked it. A first pass collects the
+     * candidates' products for one count of their readers. */
+    if (collect) {
+        vk_rc_add(rc, qkv);
+        return false;
+    }
+    if (!vk_rc_only(rc, qkv, 3)) return false;
     const vk_bind *kb = &rk->b[VK_BIND_DST], *vb = &sv->b[VK_BIND_DST];
     if (!kb->blk || kb->blk != vb->blk) return false;
     const vk_bind span = vk_span_of(kb, vb);
@@ -1197,30 +1256,32 @@ static int vk_fuse_qkv_ropes(vk_backend *be, const tsl_graph *g, int n) {
     vk_device *d = be->dev;
     VkPipeline pipes[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
     bool failed[2] = {false, false};
+    vk_rcount *rc = calloc(1, sizeof *rc);
+    if (!rc) return n; /* no fusion: the nodes apart are always right */
     int w = 0;
-    for (int k = 0; k < n; k++) {
-        vk_exec *m = &be->exec[k];
-        const int slot = m->kernel == VK_K_MUL_MAT_VECQ_Q8_0 ? 0 : m->kernel == VK_K_MUL_MAT_VECQ_Q4_0 ? 1 : -1;
-        const int rk = slot == 0 ? VK_K_MUL_MAT_VECQ_Q8_0_ROPE : VK_K_MUL_MAT_VECQ_Q4_0_ROPE;
-        vk_exec f;
-        const vk_exec *y[3] = {k + 1 < n ? &be->exec[k + 1] : NULL, k + 2 < n ? &be->exec[k + 2] : NULL,
-                               k + 3 < n ? &be->exec[k + 3] : NULL};
-        if (slot >= 0 && y[2] && !failed[slot] && d->k[rk].runnable && vk_qkv_rope(be, g, m, y, rk, &f)) {
-            if (!pipes[slot]) {
-                const vk_kernel *fk = NULL;
-                pipes[slot] = vk_kernel_get(d, rk, &fk);
-                failed[slot] = !pipes[slot];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) vk_rc_count(rc, g);
+        for (int k = 0; k < n; k++) {
+            vk_exec *m = &be->exec[k];
+            const int slot = m->kernel == VK_K_MUL_MAT_VECQ_Q8_0 ? 0 : m->kernel == VK_K_MUL_MAT_VECQ_Q4_0 ? 1 : -1;
+            const int id = slot == 0 ? VK_K_MUL_MAT_VECQ_Q8_0_ROPE : VK_K_MUL_MAT_VECQ_Q4_0_ROPE;
+            const vk_exec *y[3] = {k + 1 < n ? &be->exec[k + 1] : NULL, k + 2 < n ? &be->exec[k + 2] : NULL,
+                                   k + 3 < n ? &be->exec[k + 3] : NULL};
+            vk_exec f;
+            if (slot >= 0 && y[2] && !failed[slot] && d->k[id].runnable && vk_qkv_rope(be, rc, pass == 0, m, y, id, &f)) {
+                f.pipe = vk_pass_pipe(d, id, slot, pipes, failed);
+                if (f.pipe) {
+                    be->exec[w++] = f;
+                    k += 3;
+                    continue;
+                }
             }
-            if (pipes[slot]) {
-                f.pipe = pipes[slot];
-                be->exec[w++] = f;
-                k += 3;
-                continue;
-            }
+            if (pass == 0) continue;
+            if (w != k) be->exec[w] = *m;
+            w++;
         }
-        if (w != k) be->exec[w] = *m;
-        w++;
     }
+    free(rc);
     return w;
 }
 
@@ -1247,23 +1308,11 @@ static int vk_ns_twin(int kernel, int *slot) {
     return -1;
 }
 
-/* Is exec x an integer-dot mat-vec with an _ns twin whose column is t (one
- * dense row of at most 512 blocks, what the twin holds the scales of)? */
+/* Is exec x an integer-dot mat-vec with an _ns twin whose column is t? */
 static bool vk_reads_column(const vk_exec *x, const tsl_tensor *t) {
     int slot;
     return x->pipe2 && vk_ns_twin(x->kernel, &slot) >= 0 && x->node->op == TSL_OP_MUL_MAT && x->node->src[1] == t &&
-           !x->nscale && t->ne[0] / 32 <= 512;
-}
-
-/* Pipeline of kernel id for the pass (cached in pipes[slot]; a kernel that
- * fails to build is remembered in failed[slot]), or VK_NULL_HANDLE. */
-static VkPipeline vk_pass_pipe(vk_device *d, int id, int slot, VkPipeline *pipes, bool *failed) {
-    if (!pipes[slot] && !failed[slot]) {
-        const vk_kernel *fk = NULL;
-        if (d->k[id].runnable) pipes[slot] = vk_kernel_get(d, id, &fk);
-        failed[slot] = !pipes[slot];
-    }
-    return pipes[slot];
+           !x->nscale;
 }
 
 /* The norm exec at k (rms_norm_mul making an integer-dot mat-vec's column,
@@ -1277,8 +1326,10 @@ static VkPipeline vk_pass_pipe(vk_device *d, int id, int slot, VkPipeline *pipes
  * their _ns twins, which apply the norm's scale to the column's block
  * scales (mul_mat_vecq.comp, NORMQ and NS). The norm's output is never
  * written; the product keeps the products in its command buffer (keep).
- * Returns the number of products, 0 for no fusion. */
-static int vk_norm_into(vk_backend *be, const tsl_graph *g, int k, int n, VkPipeline pipes[8], bool failed[8]) {
+ * Returns the number of products, 0 for no fusion; with collect, puts y
+ * into rc's roots instead (and returns 0). */
+static int vk_norm_into(vk_backend *be, vk_rcount *rc, bool collect, int k, int n, VkPipeline pipes[8],
+                        bool failed[8]) {
     vk_device *d = be->dev;
     vk_exec *p = &be->exec[k - 1], *nm = &be->exec[k];
     if (nm->kernel != VK_K_RMS_NORM_MUL_F32 || !nm->qout) return 0;
@@ -1304,16 +1355,13 @@ static int vk_norm_into(vk_backend *be, const tsl_graph *g, int k, int n, VkPipe
     int c = 0;
     while (k + 1 + c < n && c < 4 && vk_reads_column(&be->exec[k + 1 + c], y)) c++;
     if (c == 0) return 0;
-    /* ... and nothing else reads y */
-    for (int i = 0; i < g->n_nodes; i++) {
-        const tsl_tensor *t = g->nodes[i];
-        if (!t || t == y) continue;
-        bool reader = false, ours = false;
-        for (int j = 0; j < TSL_MAX_SRC; j++) reader |= t->src[j] && (t->src[j] == y || t->src[j]->view_src == y);
-        reader |= t->view_src == y;
-        for (int j = 0; j < c; j++) ours |= t == be->exec[k + 1 + j].node;
-        if (reader && !ours) return 0;
+    /* ... and nothing else reads y (a first pass collects the candidates'
+     * rows for one count of their readers) */
+    if (collect) {
+        vk_rc_add(rc, y);
+        return 0;
     }
+    if (!vk_rc_only(rc, y, c)) return 0;
     const int id = nq[slot];
     if (!vk_mm_fused_fits(d, id, p->node)) return 0;
     /* the kernels (a kernel that fails to build leaves the norm apart) */
@@ -1356,11 +1404,16 @@ static int vk_fuse_norms(vk_backend *be, const tsl_graph *g, int n) {
     VkPipeline pipes[8] = {VK_NULL_HANDLE};
     bool failed[8] = {false};
     bool any = false;
+    vk_rcount *rc = calloc(1, sizeof *rc);
+    if (!rc) return n; /* no fusion: the norms apart are always right */
+    for (int k = 1; k + 1 < n; k++) vk_norm_into(be, rc, true, k, n, pipes, failed);
+    vk_rc_count(rc, g);
     for (int k = 1; k + 1 < n; k++)
-        if (vk_norm_into(be, g, k, n, pipes, failed) > 0) {
+        if (vk_norm_into(be, rc, false, k, n, pipes, failed) > 0) {
             be->exec[k].kernel = -1; /* the norm: dropped below */
             any = true;
         }
+    free(rc);
     if (!any) return n;
     int w = 0;
     for (int k = 0; k < n; k++) {

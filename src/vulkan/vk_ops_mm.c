@@ -126,6 +126,12 @@ enum {
 
 static bool vk_mm_quant(int type) { return type == TSL_TYPE_Q8_0 || type == TSL_TYPE_Q4_0; }
 
+/* The integer-dot mat-vec's own family, or one of its fused-only twins'
+ * (VECQR, VECQN, VECQS: never a node's candidate, only what vk_backend.c
+ * fuses a node into)? */
+static bool vk_mm_fused_family(int f) { return f == VK_MM_VECQR || f == VK_MM_VECQN || f == VK_MM_VECQS; }
+static bool vk_mm_intdot(const vk_mm_info *v) { return v && (v->family == VK_MM_VECQ || vk_mm_fused_family(v->family)); }
+
 /* A staged mat-vec variant (mv_staged.glsl): spec[5] = KS | PF << 8. */
 static bool vk_mm_staged(const vk_mm_info *v) {
     return (v->family == VK_MM_VEC || v->family == VK_MM_VECN) && vk_mm_quant(v->type) && v->spec[5] != 0;
@@ -189,12 +195,11 @@ static bool vk_mm_applies(const vk_device *d, int id, const tsl_tensor *n) { ret
 
 bool vk_mm_fused_fits(const vk_device *d, int id, const tsl_tensor *n) {
     const vk_mm_info *v = vk_mm_info_of(id);
-    return v && (v->family == VK_MM_VECQR || v->family == VK_MM_VECQN || v->family == VK_MM_VECQS) && v->spec[2] == 2 &&
-           vk_mm_applies_as(d, id, n, true);
+    return v && vk_mm_fused_family(v->family) && v->spec[2] == 2 && vk_mm_applies_as(d, id, n, true);
 }
 
-/* ... with fused, also the kernels a node is fused into (VECQR), which are
- * never a plain node's */
+/* ... with fused, also the kernels a node is fused into (VECQR, VECQN,
+ * VECQS), which are never a plain node's */
 static bool vk_mm_applies_as(const vk_device *d, int id, const tsl_tensor *n, bool fused) {
     const vk_mm_info *v = vk_mm_info_of(id);
     const tsl_tensor *a = n->src[0], *b = n->src[1];
@@ -427,8 +432,7 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
 
 bool vk_mm_needs_quant(int kernel) {
     const vk_mm_info *v = vk_mm_info_of(kernel);
-    return v && (v->family == VK_MM_VECQ || v->family == VK_MM_VECQR || v->family == VK_MM_VECQN ||
-                 v->family == VK_MM_VECQS);
+    return vk_mm_intdot(v);
 }
 
 /* Words of one column: quants (8 a block), then scale and sum (2), rounded
@@ -526,8 +530,7 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
     }
     uint32_t *flags_at = p;
     *p++ = flags;
-    if (v && (v->family == VK_MM_VECQ || v->family == VK_MM_VECQR || v->family == VK_MM_VECQN ||
-              v->family == VK_MM_VECQS)) {
+    if (vk_mm_intdot(v)) {
         /* the quantized column: binding 2 (the scratch), words; a fused
          * ADD's residual at binding 1 (the encoder binds it there) */
         *p++ = x->b[2].eoff;

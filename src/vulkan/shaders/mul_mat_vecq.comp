@@ -46,9 +46,8 @@
  * pair's angle (rope.glsl, the rope kernel's own functions) and stores q
  * (after qwen2's biases, one row at binding 6, where the backend took
  * their ADD into the product) into the rope's output (binding 3), k into
- * row p of the K cache and v
- * into column p of the transposed V cache (both F16, in binding 5, which
- * spans both caches), p the position at binding 1. A position outside the
+ * row p of the K cache and v into column p of the transposed V cache (both
+ * F16, in binding 5, which spans both caches), p the position at binding 1. A position outside the
  * cache stores no k or v and is the k store's data error, as in
  * rope_set_rows. The rope level between the product and the attention
  * goes: one level and three dispatches fewer a layer.
@@ -232,10 +231,6 @@ void rope_store(uint u, float v0, float v1) {
 }
 #endif
 
-/* Result v of row m, batch (i2, i3), stored: plus the residual when the
- * backend fused add(residual, this product) into the kernel (flags 64). In
- * place over the residual is safe: one invocation reads and writes each
- * element. */
 #if defined(NORMQ)
 layout(binding = 5) writeonly buffer XO { uint xo[]; };
 layout(binding = 6) readonly buffer NW { float nw[]; };
@@ -245,6 +240,10 @@ shared int nq_q[32];
 shared float nq_sc[2];
 #endif
 
+/* Result v of row m, batch (i2, i3), stored: plus the residual when the
+ * backend fused add(residual, this product) into the kernel (flags 64). In
+ * place over the residual is safe: one invocation reads and writes each
+ * element. A NORMQ product keeps its workgroup's rows for their block. */
 void store(uint m, uint i2, uint i3, float v) {
     const uint o = m + i2 * pc.sd2 + i3 * pc.sd3;
     const float r = (pc.flags & 64u) != 0u ? res[pc.ores + o] + v : v;
@@ -260,21 +259,20 @@ void store(uint m, uint i2, uint i3, float v) {
 uint qcol_words(uint nb) { return (nb * 10u + 3u) / 4u * 4u; }
 
 #if defined(NORMQ)
-/* Block wg of the column this product's rows make: x * w quantized (with
- * the scale of x * w, q8.glsl's arithmetic, left unrounded) and the
- * block's sum of x^2. Reached by the whole workgroup (its barrier), after
- * every row is stored. With 32 lanes or more to a subgroup, the first
- * subgroup does it, a row a lane, in subgroup operations; otherwise
- * invocations 0..31 through shared memory. */
-/* The norm weight of row `row` of the block for the invocation that will
- * quantize it (normq_block), loaded when the kernel starts, not after its
- * last barrier */
+/* The norm weight of the row the calling invocation will quantize in
+ * normq_block, loaded when the kernel starts, not after its last barrier */
 float normq_weight(uint wg) {
     const uint i = gl_SubgroupSize >= 32u ? gl_SubgroupInvocationID : gl_LocalInvocationID.x;
     const bool mine = gl_SubgroupSize >= 32u ? gl_SubgroupID == 0u && i < 32u : i < 32u;
     return mine ? nw[pc.ow + wg * 32u + i] : 0.0;
 }
 
+/* Block wg of the column this product's rows make: x * w quantized (with
+ * the scale of x * w, q8.glsl's arithmetic, left unrounded) and the
+ * block's sum of x^2. Reached by the whole workgroup (its barrier), after
+ * every row is stored. With 32 lanes or more to a subgroup, the first
+ * subgroup does it, a row a lane, in subgroup operations; otherwise
+ * invocations 0..31 through shared memory. */
 void normq_block(uint wg, float wv) {
     barrier();
     const uint t = gl_LocalInvocationID.x, nbo = pc.M / 32u;
