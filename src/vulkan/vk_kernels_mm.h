@@ -27,11 +27,12 @@
  *          shape
  *   CM2    mul_mat_cm2.comp on workgroup-scope cooperative matrices
  *          (VK_NV_cooperative_matrix2: the driver loads and stages the
- *          tiles): {W, BM, BN, BK}; F16 weights and activations;
- *          whole tiles only; compiled only where tsl_glslang finds a glslang
+ *          tiles): {W, BM, BN, BK, GM, U}; F16 x F16, and F32
+ *          activations / Q8_0 and Q4_0 weights through F16 copies; whole
+ *          tiles only; compiled only where tsl_glslang finds a glslang
  *          that knows GL_NV_cooperative_matrix2 (SPIR-V 1.6), runnable only
- *          on devices with the extension; not yet chosen by default (see
- *          vk_ops_mm.c), forced with TSL_VK_MM_VARIANT
+ *          on devices with the extension; the first choice there for more
+ *          than 64 columns (vk_ops_mm.c)
  *   CMEMU  the same kernel with the matrix operations emulated: runs
  *          anywhere, chosen only when forced (tests of the tiling)
  *   VECQR  the default VECQ kernel with the ropes and cache stores of a
@@ -216,9 +217,13 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
 #define VK_MM_C(Y, X, id, name, blob, fam, t, bt, w, wgm, wgn, tm, tn_, bk) \
     Y(X, id, name, 2, VK_MM_ES_##bt, blob, fam, t, bt, w, wgm, wgn, tm, tn_, bk)
 
-/* workgroup-scope cooperative matrices: {W, BM, BN, BK} */
+/* workgroup-scope cooperative matrices: {W, BM, BN, BK, GM, U} (GM rows
+ * of tiles a rasterization group, U K steps a loop iteration; 0: the
+ * shader's 8 and 4) */
 #define VK_MM_C2(Y, X, id, name, blob, t, bt, w, bm, bn, bk) \
     Y(X, id, name, 2, VK_MM_ES_##bt, blob, CM2, t, bt, w, bm, bn, bk, 0, 0)
+#define VK_MM_C2U(Y, X, id, name, blob, t, bt, w, bm, bn, bk, u) \
+    Y(X, id, name, 2, VK_MM_ES_##bt, blob, CM2, t, bt, w, bm, bn, bk, 0, u)
 #define VK_MM_CM2_SET(Y, X, ID, bt, btn)                                                                                \
     VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID, "mul_mat_cm2_f16_" btn, "mul_mat_cm2_f16_" btn, F16, bt, 256, 128, 256, 32) \
     VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_128X128W128, "mul_mat_cm2_f16_" btn "_128x128w128",                         \
@@ -228,12 +233,16 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
     VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_128X128K64, "mul_mat_cm2_f16_" btn "_128x128k64", "mul_mat_cm2_f16_" btn,   \
              F16, bt, 256, 128, 128, 64)                                                                            \
     VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_128X64W128, "mul_mat_cm2_f16_" btn "_128x64w128", "mul_mat_cm2_f16_" btn,   \
-             F16, bt, 128, 128, 64, 64)
+             F16, bt, 128, 128, 64, 64)                                                                             \
+    VK_MM_C2U(Y, X, MUL_MAT_CM2_F16##ID##_128X128K64W128, "mul_mat_cm2_f16_" btn "_128x128k64w128",                  \
+              "mul_mat_cm2_f16_" btn, F16, bt, 128, 128, 128, 64, 2)
 
 /* Q8_0 / Q4_0 weights times F32 activations on the F16 x F16 kernels (see
  * VK_MM_CV_SET): the weights dequantized to F16 into a second scratch
  * first too (vk_mm_wconv), binding 0 then reading that */
 #define VK_MM_CVQ_SET(Y, X, t, tn)                                                                                   \
+    Y(X, MUL_MAT_CM2_##t##_F32C_128X128K64W128, "mul_mat_cm2_" tn "_f32c_128x128k64w128", 2, 2, "mul_mat_cm2_f16_f16", \
+      CM2, t, F32, 128, 128, 128, 64, 0, 2)                                                                         \
     Y(X, MUL_MAT_CM2_##t##_F32C_128X128K64, "mul_mat_cm2_" tn "_f32c_128x128k64", 2, 2, "mul_mat_cm2_f16_f16", CM2, \
       t, F32, 256, 128, 128, 64, 0, 0)                                                                              \
     Y(X, MUL_MAT_CM2_##t##_F32C, "mul_mat_cm2_" tn "_f32c", 2, 2, "mul_mat_cm2_f16_f16", CM2, t, F32, 256, 128, 256, \
@@ -249,9 +258,12 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
  * 4096^3 at 272 TFLOP/s on the H200 against 204 for the subgroup-scope
  * tile that reads F32 activations itself (bench/RESULTS.md, runs 90-92);
  * through the copies 256 (F16), 217 (Q8_0) and 216 (Q4_0) against 204,
- * 119 and 125 (run 104). The emulated ones are there to test the path on
- * devices without them. */
+ * 119 and 125 (run 104); with the 4-warp 128x128 tile (_128x128k64w128)
+ * 293-302, 252 and 251 (run 120). The emulated ones are there to test the
+ * path on devices without them. */
 #define VK_MM_CV_SET(Y, X)                                                                                          \
+    Y(X, MUL_MAT_CM2_F16_F32C_128X128K64W128, "mul_mat_cm2_f16_f32c_128x128k64w128", 2, 2, "mul_mat_cm2_f16_f16",   \
+      CM2, F16, F32, 128, 128, 128, 64, 0, 2)                                                                      \
     Y(X, MUL_MAT_CM2_F16_F32C_128X128K64, "mul_mat_cm2_f16_f32c_128x128k64", 2, 2, "mul_mat_cm2_f16_f16", CM2, F16, \
       F32, 256, 128, 128, 64, 0, 0)                                                                                \
     Y(X, MUL_MAT_CM2_F16_F32C, "mul_mat_cm2_f16_f32c", 2, 2, "mul_mat_cm2_f16_f16", CM2, F16, F32, 256, 128, 256,   \

@@ -244,7 +244,7 @@ static bool vk_mm_applies_as(const vk_device *d, int id, const tsl_tensor *n, bo
     case VK_MM_CM2: {
         /* tiles in whole 32x32 pieces (the granularity NVIDIA reports for
          * 256 invocations; finer for fewer), K steps of 16 */
-        const uint32_t bm = v->spec[1], bn = v->spec[2], bk = v->spec[3];
+        const uint32_t bm = v->spec[1], bn = v->spec[2], bk = v->spec[3], u = v->spec[5] ? v->spec[5] : 4u;
         if (!d->f.coopmat2 || w > d->f.coopmat2_max_wg || d->f.subgroup_size != 32 || w % 32u != 0) return false;
         if (bm == 0 || bn == 0 || bm % 32u != 0 || bn % 32u != 0 || bk == 0 || bk % 16u != 0) return false;
         /* whole tiles only, K-contiguous operands with 16-byte strides
@@ -253,7 +253,7 @@ static bool vk_mm_applies_as(const vk_device *d, int id, const tsl_tensor *n, bo
         /* activations to convert are read by the conversion, any layout;
          * its dense F16 copy has 16-byte strides where 4 BK divides K */
         const bool cv = vk_mm_conv(id), wcv = vk_mm_wconv(id);
-        if (M % bm != 0 || N % bn != 0 || K % (4 * (int64_t)bk) != 0 || (!cv && b->nb[0] != 2)) return false;
+        if (M % bm != 0 || N % bn != 0 || K % ((int64_t)u * bk) != 0 || (!cv && b->nb[0] != 2)) return false;
         if (!vk_mm_conv_fits(id, n)) return false;
         for (int i = 1; i < TSL_MAX_DIMS; i++)
             if ((!wcv && a->nb[i] % 16 != 0) || (!cv && b->nb[i] % 16 != 0) || n->nb[i] % 16 != 0) return false;
@@ -359,13 +359,14 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
         cand[k++] = vecn;
     } else if (t == TSL_TYPE_F16 || ((t == TSL_TYPE_Q8_0 || t == TSL_TYPE_Q4_0) && N >= VK_MM_CM_MIN_N_QUANT)) {
         /* F16 x F16 in whole tiles: the workgroup-scope kernels first, where
-         * the device has them. With their counted K loop, 4096^3 ran at 278
-         * TFLOP/s (128x128, K steps of 64, 8 warps), 272 (128x256, 8 warps)
-         * and 263 (128x128, 4 warps) on the H200 (bench/RESULTS.md, runs
-         * 89-91) against 219.8 for the subgroup-scope tile below (run 43):
-         * the first where K is whole steps of 256; then the larger tile
-         * where its grid still fills the GPU twice over (264 workgroups;
-         * 4096 x 4096 gives 512), else the smaller one's wider grid. */
+         * the device has them. 128x128 tiles of 4 warps with K steps of 64
+         * ran 4096^3 at 306-325 TFLOP/s on the H200 against 230-237 for the
+         * same tile with 8 warps (bench/RESULTS.md, runs 117-120), and the 8B
+         * model's 512-token prefill (grids of 128 to 896 tiles) at 6327-6331
+         * tok/s against 6045-6084: first wherever K is whole steps of 128.
+         * Then the 8-warp tile (K in steps of 256), the larger tile where its
+         * grid still fills the GPU twice over (264 workgroups; 4096 x 4096
+         * gives 512), else the smaller one's wider grid. */
         const bool wide = (a->ne[1] / 128) * (N / 256) * b->ne[2] * b->ne[3] >= 264;
         /* F32 activations: the same kernels, the activations rounded to
          * F16 into a scratch first (vk_mm_conv; the subgroup-scope tile
@@ -373,14 +374,18 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
         /* Q8_0 / Q4_0 weights: the same, the weights dequantized to F16
          * into a scratch first too (vk_mm_wconv), from VK_MM_CM2_MIN_N_QUANT
          * columns, where that pass is small beside the product */
-        static const int cm2s[4][3] = {
-            {VK_K_MUL_MAT_CM2_F16_F16_128X128K64, VK_K_MUL_MAT_CM2_F16_F16, VK_K_MUL_MAT_CM2_F16_F16_128X128W128},
-            {VK_K_MUL_MAT_CM2_F16_F32C_128X128K64, VK_K_MUL_MAT_CM2_F16_F32C, VK_K_MUL_MAT_CM2_F16_F32C_128X128W128},
-            {VK_K_MUL_MAT_CM2_Q8_0_F32C_128X128K64, VK_K_MUL_MAT_CM2_Q8_0_F32C, VK_K_MUL_MAT_CM2_Q8_0_F32C_128X128W128},
-            {VK_K_MUL_MAT_CM2_Q4_0_F32C_128X128K64, VK_K_MUL_MAT_CM2_Q4_0_F32C, VK_K_MUL_MAT_CM2_Q4_0_F32C_128X128W128},
+        static const int cm2s[4][4] = {
+            {VK_K_MUL_MAT_CM2_F16_F16_128X128K64W128, VK_K_MUL_MAT_CM2_F16_F16_128X128K64, VK_K_MUL_MAT_CM2_F16_F16,
+             VK_K_MUL_MAT_CM2_F16_F16_128X128W128},
+            {VK_K_MUL_MAT_CM2_F16_F32C_128X128K64W128, VK_K_MUL_MAT_CM2_F16_F32C_128X128K64, VK_K_MUL_MAT_CM2_F16_F32C,
+             VK_K_MUL_MAT_CM2_F16_F32C_128X128W128},
+            {VK_K_MUL_MAT_CM2_Q8_0_F32C_128X128K64W128, VK_K_MUL_MAT_CM2_Q8_0_F32C_128X128K64, VK_K_MUL_MAT_CM2_Q8_0_F32C,
+             VK_K_MUL_MAT_CM2_Q8_0_F32C_128X128W128},
+            {VK_K_MUL_MAT_CM2_Q4_0_F32C_128X128K64W128, VK_K_MUL_MAT_CM2_Q4_0_F32C_128X128K64, VK_K_MUL_MAT_CM2_Q4_0_F32C,
+             VK_K_MUL_MAT_CM2_Q4_0_F32C_128X128W128},
         };
         const int *c2 = cm2s[bt == TSL_TYPE_F16 ? 0 : t == TSL_TYPE_F16 ? 1 : t == TSL_TYPE_Q8_0 ? 2 : 3];
-        const int cm2[] = {c2[0], wide ? c2[1] : c2[2], wide ? c2[2] : c2[1]};
+        const int cm2[] = {c2[0], c2[1], wide ? c2[2] : c2[3], wide ? c2[3] : c2[2]};
         const bool on = t == TSL_TYPE_F16 ? N > 64 : N >= VK_MM_CM2_MIN_N_QUANT;
         for (size_t i = 0; on && i < sizeof cm2 / sizeof cm2[0]; i++) {
             if (vk_mm_applies(d, cm2[i], n) && d->k[cm2[i]].runnable) {

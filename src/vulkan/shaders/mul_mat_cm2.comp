@@ -22,13 +22,22 @@
  * than Debian 12's: src/vulkan/glslang/tsl_glslang.c.
  *
  * Specialization constants: 0 the workgroup size, 1 BM, 2 BN, 3 BK (the
- * driver's granularity for the workgroup size must divide BM and BN).
- * Only whole tiles: vk_ops_mm.c lets the kernel run where BM divides M, BN
- * divides N, 4 * BK divides K, a's rows and b's columns are K-contiguous
- * and their strides whole 16-byte units (the layouts' strides are then
- * plain, 1 along K: a stride the driver cannot see is 1 cost it 5x, and
- * loads clamped at the edges hung the H200). The K loop is unrolled 4
- * times. Push constants are those of mul_mat_cm.comp.
+ * driver's granularity for the workgroup size must divide BM and BN), 4 GM
+ * (the rasterization's group, below), 5 U (K steps a loop iteration,
+ * unrolled). Only whole tiles: vk_ops_mm.c lets the kernel run where BM
+ * divides M, BN divides N, U * BK divides K, a's rows and b's columns are
+ * K-contiguous and their strides whole 16-byte units (the layouts' strides
+ * are then plain, 1 along K: a stride the driver cannot see is 1 cost it
+ * 5x, and loads clamped at the edges hung the H200). Push constants are
+ * those of mul_mat_cm.comp.
+ *
+ * Which tile: on the H200 a 128x128 tile of 4 warps with K steps of 64 ran
+ * 4096^3 at 306-325 TFLOP/s against 230-237 for the same tile of 8 warps
+ * and 213-252 for the other shapes tried (BK 32 or 128, 64x128, 128x64,
+ * 256x128, 128x256, U 2 to 16, the product taken transposed so the store
+ * is plain; bench/RESULTS.md, runs 117-120). With the loads taken out of
+ * the loop (timing only) the same kernel ran at 568: the staging, not the
+ * matrix units, is what the rest of the time waits on.
  */
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_EXT_shader_16bit_storage : require
@@ -43,6 +52,8 @@ layout(local_size_x = 256, local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BM = 128u;
 layout(constant_id = 2) const uint BN = 256u;
 layout(constant_id = 3) const uint BK = 32u;
+layout(constant_id = 4) const uint GM = 8u; /* rows of tiles a group (the rasterization below) */
+layout(constant_id = 5) const uint U = 4u;  /* K steps a loop iteration */
 
 layout(push_constant) uniform P {
     uint M, N, K;
@@ -68,7 +79,7 @@ void main() {
     /* tiles in groups of GM rows of tiles, column by column within a group
      * (as mul_mat_cm.comp): the workgroups resident at once share a few
      * tiles of a and b, which L2 keeps */
-    const uint GM = 8u, gx = gl_NumWorkGroups.x, gy = gl_NumWorkGroups.y;
+    const uint gx = gl_NumWorkGroups.x, gy = gl_NumWorkGroups.y;
     const uint lin = gl_WorkGroupID.y * gx + gl_WorkGroupID.x, first = (lin / (GM * gy)) * GM;
     const uint gsz = min(gx - first, GM), in_group = lin % (GM * gy);
     const uint m0 = (first + in_group % gsz) * BM, n0 = (in_group / gsz) * BN;
@@ -90,10 +101,10 @@ void main() {
          * compiler pipelines the loads across steps (273 against 233
          * TFLOP/s at 128x256, 4096^3 on the H200, bench/RESULTS.md run 89;
          * a loop over k < K it does not) */
-        const uint steps = pc.K / (4u * BK);
+        const uint steps = pc.K / (U * BK);
         for (uint it = 0u; it < steps; it++) {
-            const uint k = it * 4u * BK;
-            [[unroll]] for (uint j = 0u; j < 4u; j++) {
+            const uint k = it * U * BK;
+            [[unroll]] for (uint j = 0u; j < U; j++) {
                 MAT_A ma;
                 MAT_B mb;
                 coopMatLoadTensorNV(ma, a, abase, sliceTensorLayoutNV(la, m0, BM, k + j * BK, BK));
