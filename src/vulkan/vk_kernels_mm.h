@@ -222,8 +222,8 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
  * shader's 8 and 4) */
 #define VK_MM_C2(Y, X, id, name, blob, t, bt, w, bm, bn, bk) \
     Y(X, id, name, 2, VK_MM_ES_##bt, blob, CM2, t, bt, w, bm, bn, bk, 0, 0)
-#define VK_MM_C2U(Y, X, id, name, blob, t, bt, w, bm, bn, bk, u) \
-    Y(X, id, name, 2, VK_MM_ES_##bt, blob, CM2, t, bt, w, bm, bn, bk, 0, u)
+#define VK_MM_C2U(Y, X, id, name, blob, t, bt, w, bm, bn, bk, gm, u) \
+    Y(X, id, name, 2, VK_MM_ES_##bt, blob, CM2, t, bt, w, bm, bn, bk, gm, u)
 #define VK_MM_CM2_SET(Y, X, ID, bt, btn)                                                                                \
     VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID, "mul_mat_cm2_f16_" btn, "mul_mat_cm2_f16_" btn, F16, bt, 256, 128, 256, 32) \
     VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_128X128W128, "mul_mat_cm2_f16_" btn "_128x128w128",                         \
@@ -235,14 +235,14 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
     VK_MM_C2(Y, X, MUL_MAT_CM2_F16##ID##_128X64W128, "mul_mat_cm2_f16_" btn "_128x64w128", "mul_mat_cm2_f16_" btn,   \
              F16, bt, 128, 128, 64, 64)                                                                             \
     VK_MM_C2U(Y, X, MUL_MAT_CM2_F16##ID##_128X128K64W128, "mul_mat_cm2_f16_" btn "_128x128k64w128",                  \
-              "mul_mat_cm2_f16_" btn, F16, bt, 128, 128, 128, 64, 2)
+              "mul_mat_cm2_f16_" btn, F16, bt, 128, 128, 128, 64, 2, 2)
 
 /* Q8_0 / Q4_0 weights times F32 activations on the F16 x F16 kernels (see
  * VK_MM_CV_SET): the weights dequantized to F16 into a second scratch
  * first too (vk_mm_wconv), binding 0 then reading that */
 #define VK_MM_CVQ_SET(Y, X, t, tn)                                                                                   \
     Y(X, MUL_MAT_CM2_##t##_F32C_128X128K64W128, "mul_mat_cm2_" tn "_f32c_128x128k64w128", 2, 2, "mul_mat_cm2_f16_f16", \
-      CM2, t, F32, 128, 128, 128, 64, 0, 2)                                                                         \
+      CM2, t, F32, 128, 128, 128, 64, 2, 2)                                                                         \
     Y(X, MUL_MAT_CM2_##t##_F32C_128X128K64, "mul_mat_cm2_" tn "_f32c_128x128k64", 2, 2, "mul_mat_cm2_f16_f16", CM2, \
       t, F32, 256, 128, 128, 64, 0, 0)                                                                              \
     Y(X, MUL_MAT_CM2_##t##_F32C, "mul_mat_cm2_" tn "_f32c", 2, 2, "mul_mat_cm2_f16_f16", CM2, t, F32, 256, 128, 256, \
@@ -263,7 +263,7 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
  * path on devices without them. */
 #define VK_MM_CV_SET(Y, X)                                                                                          \
     Y(X, MUL_MAT_CM2_F16_F32C_128X128K64W128, "mul_mat_cm2_f16_f32c_128x128k64w128", 2, 2, "mul_mat_cm2_f16_f16",   \
-      CM2, F16, F32, 128, 128, 128, 64, 0, 2)                                                                      \
+      CM2, F16, F32, 128, 128, 128, 64, 2, 2)                                                                      \
     Y(X, MUL_MAT_CM2_F16_F32C_128X128K64, "mul_mat_cm2_f16_f32c_128x128k64", 2, 2, "mul_mat_cm2_f16_f16", CM2, F16, \
       F32, 256, 128, 128, 64, 0, 0)                                                                                \
     Y(X, MUL_MAT_CM2_F16_F32C, "mul_mat_cm2_f16_f32c", 2, 2, "mul_mat_cm2_f16_f16", CM2, F16, F32, 256, 128, 256,   \
