@@ -551,8 +551,13 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
         if (!vk_prior_kernel(be, i, node, kname, VK_K_QUANTIZE_Q8_F32, &x->pipe2)) return false;
         if (!be->qscr || be->qscr->gen != d->gen) {
             vk_mem_free(d, be->qscr); /* one of a device recovery replaced: a record only */
+            be->qscr = NULL;
             tsl_error aerr;
-            be->qscr = vk_mem_alloc(d, VK_QSCR_SLOT, be->name, &aerr);
+            fault_site asite = {.compute = compute, .node = i, .tensor = node, .kernel = kname, .bytes = VK_QSCR_SLOT};
+            if (fault_plan_fire(be->base.faults, TSL_FAULT_ALLOC, &asite))
+                error_set(&aerr, TSL_ALLOC_FAILED, be->name, be->device, -1, NULL, NULL, "injected fault");
+            else
+                be->qscr = vk_mem_alloc(d, VK_QSCR_SLOT, be->name, &aerr);
             if (!be->qscr) {
                 ledger_record(TSL_ALLOC_FAILED, i, node, "the scratch of %s (%llu bytes) for kernel '%s': %s",
                               be->name, (unsigned long long)VK_QSCR_SLOT, kname, aerr.message);

@@ -11,7 +11,8 @@
  *  (b) A tensor with no buffer (and one in another backend's buffer) fails
  *      the graph before any command buffer is submitted (the submit counter
  *      does not move).
- *  (c) Injected retry (at the first and at a later command buffer), alloc,
+ *  (c) Injected retry (at the first and at a later command buffer), alloc (a
+ *      buffer, and a compute's own scratch),
  *      abort, nobuf, kernel and lost, each through fault rules, each with the
  *      right status and record, and the backend usable afterwards (except
  *      after lost, which latches for every backend on the device).
@@ -432,6 +433,40 @@ static void test_inject_alloc(void) {
     CHECK(fg_make(&f, g_vk, 2, 0));
     CHECK(tsl_backend_graph_compute(g_vk, f.g, &err) == TSL_SUCCESS);
     fg_free(&f);
+}
+
+/* A compute's own scratch refused: the quantized column's of a one-column
+ * product, allocated by the first compute that needs it (injected there,
+ * as an allocation the driver refused). The compute fails as
+ * ALLOC_FAILED naming the product's node and kernel, submits nothing, and
+ * latches nothing: the next compute allocates it and gives the result of
+ * a backend that never failed, bit for bit. */
+static void test_inject_scratch(void) {
+    tsl_error err;
+    tsl_backend *be = tsl_backend_vulkan_new(g_index, &err);
+    CHECK(be != NULL);
+    fg f, r;
+    CHECK(fg_make(&f, be, 1, 2));
+    CHECK(fg_make(&r, g_vk, 1, 2)); /* the same seeded values, a backend of its own */
+    float *want = fg_reference(&r, g_vk);
+    CHECK(want != NULL);
+    CHECK(tsl_backend_inject(be, "alloc@times=1", &err) == TSL_SUCCESS);
+    const uint64_t s0 = submits(be);
+    tsl_status st = tsl_backend_graph_compute(be, f.g, &err);
+    CHECKF(st == TSL_ALLOC_FAILED, "status %s", tsl_status_str(st));
+    print_record("scratch refused", &err);
+    CHECK(tsl_backend_injected(be, TSL_FAULT_ALLOC) == 1);
+    CHECK(err.node == f.mm_node);
+    CHECK_STR_CONTAINS(err.message, "scratch");
+    CHECK_STR_CONTAINS(err.message, "mul_mat_vecq_q4_0");
+    CHECK(submits(be) == s0);
+    tsl_backend_inject_clear(be);
+    CHECK(tsl_backend_graph_compute(be, f.g, &err) == TSL_SUCCESS);
+    CHECK(fg_same(&f, want));
+    free(want);
+    fg_free(&r);
+    fg_free(&f);
+    tsl_backend_free(be);
 }
 
 static int abort_calls;
@@ -1013,6 +1048,7 @@ int main(void) {
     RUN(test_get_rows_index);
     RUN(test_inject_retry);
     RUN(test_inject_alloc);
+    RUN(test_inject_scratch);
     RUN(test_abort);
     RUN(test_inject_nobuf_kernel);
     RUN(test_async);
