@@ -5,7 +5,11 @@
  * A small llama-shaped graph (two layers: embeddings, attention with rope and
  * a masked soft_max, a swiglu FFN, the vocabulary projection; weights of
  * several types from a seeded generator) is computed once without faults;
- * that is the reference. Then, for each fault class, one fault is injected
+ * that is the reference. Every class runs twice: on the graph of an
+ * 8-token prompt, then of one token (a decode step, "1 token:" in the rows),
+ * whose one-column products a GPU backend computes with other kernels (the
+ * integer-dot mat-vecs and their quantized column, with its own scratch),
+ * each pass on backends and a model of its own. Then, for each fault class, one fault is injected
  * at each injection point in turn, through the public injection API
  * (tsl_backend_inject), so it takes the same path a real fault takes:
  *
@@ -113,6 +117,7 @@ typedef struct drill_layer {
 } drill_layer;
 
 typedef struct drill_model {
+    int n_tok;        /* tokens a compute: DR_TOK (a prompt) or 1 (a decode step) */
     tsl_context *ctx; /* weights and inputs; no_alloc */
     tsl_buffer *buf;  /* all of them, on the backend under test; persistent */
     tsl_tensor *tok_embd, *out_norm, *output, *tokens, *pos, *mask;
@@ -159,16 +164,17 @@ static tsl_status drill_model_fill(drill_model *m, tsl_error *err) {
         free(f);
         free(q);
     }
+    const int n = m->n_tok;
     int32_t tok[DR_TOK], pos[DR_TOK];
     float mask[DR_TOK * DR_TOK];
-    for (int i = 0; i < DR_TOK; i++) {
+    for (int i = 0; i < n; i++) {
         tok[i] = (i * 29 + 5) % DR_VOCAB;
-        pos[i] = i;
-        for (int k = 0; k < DR_TOK; k++) mask[i * DR_TOK + k] = k <= i ? 0.0f : -INFINITY;
+        pos[i] = n == 1 ? 5 : i; /* a decode step past the prompt's start */
+        for (int k = 0; k < n; k++) mask[i * n + k] = k <= i ? 0.0f : -INFINITY;
     }
-    if (st == TSL_SUCCESS) st = tsl_tensor_set(m->tokens, tok, 0, sizeof tok, err);
-    if (st == TSL_SUCCESS) st = tsl_tensor_set(m->pos, pos, 0, sizeof pos, err);
-    if (st == TSL_SUCCESS) st = tsl_tensor_set(m->mask, mask, 0, sizeof mask, err);
+    if (st == TSL_SUCCESS) st = tsl_tensor_set(m->tokens, tok, 0, (size_t)n * sizeof tok[0], err);
+    if (st == TSL_SUCCESS) st = tsl_tensor_set(m->pos, pos, 0, (size_t)n * sizeof pos[0], err);
+    if (st == TSL_SUCCESS) st = tsl_tensor_set(m->mask, mask, 0, (size_t)n * n * sizeof mask[0], err);
     return st;
 }
 
@@ -180,8 +186,9 @@ static void drill_model_free(drill_model *m) {
 
 /* Weights and inputs in one persistent buffer of be (restored from the
  * backend's host copy after a recovery). */
-static tsl_status drill_model_new(drill_model *m, tsl_backend *be, tsl_error *err) {
+static tsl_status drill_model_new(drill_model *m, tsl_backend *be, int n_tok, tsl_error *err) {
     memset(m, 0, sizeof *m);
+    m->n_tok = n_tok;
     m->ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 256u << 10, .no_alloc = true});
     if (!m->ctx) {
         if (err) snprintf(err->message, sizeof err->message, "out of memory for the model context");
@@ -203,9 +210,9 @@ static tsl_status drill_model_new(drill_model *m, tsl_backend *be, tsl_error *er
     }
     m->out_norm = drill_w(c, TSL_TYPE_F32, DR_EMBD, 0, -1, "output_norm.weight");
     m->output = drill_w(c, TSL_TYPE_F32, DR_EMBD, DR_VOCAB, -1, "output.weight");
-    m->tokens = tsl_tensor_set_name(tsl_new_tensor_1d(c, TSL_TYPE_I32, DR_TOK), "inp_tokens");
-    m->pos = tsl_tensor_set_name(tsl_new_tensor_1d(c, TSL_TYPE_I32, DR_TOK), "inp_pos");
-    m->mask = tsl_tensor_set_name(tsl_new_tensor_2d(c, TSL_TYPE_F32, DR_TOK, DR_TOK), "kq_mask");
+    m->tokens = tsl_tensor_set_name(tsl_new_tensor_1d(c, TSL_TYPE_I32, n_tok), "inp_tokens");
+    m->pos = tsl_tensor_set_name(tsl_new_tensor_1d(c, TSL_TYPE_I32, n_tok), "inp_pos");
+    m->mask = tsl_tensor_set_name(tsl_new_tensor_2d(c, TSL_TYPE_F32, n_tok, n_tok), "kq_mask");
     if (tsl_ctx_error(c)) {
         if (err) snprintf(err->message, sizeof err->message, "model: %.200s", tsl_ctx_error(c));
         drill_model_free(m);
@@ -237,6 +244,7 @@ static bool drill_graph_build(drill_graph *G, const drill_model *m) {
     tsl_context *c = G->ctx;
     const float scale = 1.0f / sqrtf((float)DR_HDIM);
     tsl_rope_params rp = tsl_rope_default(DR_HDIM);
+    const int64_t T = m->n_tok;
     tsl_tensor *x = drill_nm(tsl_get_rows(c, m->tok_embd, m->tokens), -1, "inp_embd");
     for (int il = 0; il < DR_LAYERS; il++) {
         const drill_layer *l = &m->l[il];
@@ -245,21 +253,21 @@ static bool drill_graph_build(drill_graph *G, const drill_model *m) {
         tsl_tensor *q = drill_nm(tsl_mul_mat(c, l->wq, h), il, "q");
         tsl_tensor *k = drill_nm(tsl_mul_mat(c, l->wk, h), il, "k");
         tsl_tensor *v = drill_nm(tsl_mul_mat(c, l->wv, h), il, "v");
-        q = drill_nm(tsl_reshape_3d(c, q, DR_HDIM, DR_HEAD, DR_TOK), il, "q3");
-        k = drill_nm(tsl_reshape_3d(c, k, DR_HDIM, DR_HEAD, DR_TOK), il, "k3");
+        q = drill_nm(tsl_reshape_3d(c, q, DR_HDIM, DR_HEAD, T), il, "q3");
+        k = drill_nm(tsl_reshape_3d(c, k, DR_HDIM, DR_HEAD, T), il, "k3");
         q = drill_nm(tsl_rope(c, q, m->pos, NULL, &rp), il, "q_rope");
         k = drill_nm(tsl_rope(c, k, m->pos, NULL, &rp), il, "k_rope");
         tsl_tensor *Q = drill_nm(tsl_permute(c, q, 0, 2, 1, 3), il, "Q");
         tsl_tensor *K = drill_nm(tsl_permute(c, k, 0, 2, 1, 3), il, "K");
         tsl_tensor *kq = drill_nm(tsl_mul_mat(c, K, Q), il, "kq");
         kq = drill_nm(tsl_soft_max(c, kq, m->mask, scale), il, "kq_soft_max");
-        v = drill_nm(tsl_reshape_3d(c, v, DR_HDIM, DR_HEAD, DR_TOK), il, "v3");
+        v = drill_nm(tsl_reshape_3d(c, v, DR_HDIM, DR_HEAD, T), il, "v3");
         v = drill_nm(tsl_permute(c, v, 1, 2, 0, 3), il, "vT_view");
         v = drill_nm(tsl_cont(c, v), il, "vT");
         tsl_tensor *kqv = drill_nm(tsl_mul_mat(c, v, kq), il, "kqv");
         kqv = drill_nm(tsl_permute(c, kqv, 0, 2, 1, 3), il, "kqv_perm");
         kqv = drill_nm(tsl_cont(c, kqv), il, "kqv_cont");
-        kqv = drill_nm(tsl_reshape_2d(c, kqv, DR_EMBD, DR_TOK), il, "kqv_merged");
+        kqv = drill_nm(tsl_reshape_2d(c, kqv, DR_EMBD, T), il, "kqv_merged");
         tsl_tensor *o = drill_nm(tsl_mul_mat(c, l->wo, kqv), il, "attn_out");
         x = drill_nm(tsl_add(c, o, x), il, "ffn_inp");
         h = drill_nm(tsl_rms_norm(c, x, 1e-5f), il, "ffn_rms");
@@ -298,6 +306,7 @@ typedef struct drill {
     size_t ref_bytes;
     FILE *detail;      /* per-row lines (-v) and failures */
     int fd;            /* pipe to the parent, -1 in-process */
+    int n_tok;         /* the graph's tokens: DR_TOK, then 1 (drill_class_run) */
     drill_counts c;
     int n_skipped;     /* points that do not exist on this backend */
     tsl_buffer *planted; /* --plant-leak: kept from its row until teardown */
@@ -373,8 +382,10 @@ static void drill_row(drill *d, const char *rule, const char *why, bool leaked, 
         d->note[0] = 0;
         return;
     }
-    char line[700];
+    char line[700], lab[96];
     drill_line(e, line, sizeof line);
+    snprintf(lab, sizeof lab, "%s%s", d->n_tok == 1 ? "1 token: " : "", rule); /* the decode-shaped pass */
+    rule = lab;
     if (d->note[0]) fprintf(d->detail, "  %-8s %-44s %s\n", tsl_fault_class_name(d->cls), rule, d->note);
     d->note[0] = 0;
     if (ok)
@@ -678,7 +689,7 @@ static void drill_alloc(drill *d) {
     snprintf(rule, sizeof rule, "alloc@bytes=%zu,times=1", tsl_buffer_size(d->m.buf));
     if (tsl_backend_inject(d->be, rule, &e) != TSL_SUCCESS) drill_why(why, sizeof why, "rule refused: %s", e.message);
     drill_model m2;
-    tsl_status st = why[0] ? TSL_FAILED : drill_model_new(&m2, d->be, &e);
+    tsl_status st = why[0] ? TSL_FAILED : drill_model_new(&m2, d->be, d->n_tok, &e);
     tsl_backend_inject_clear(d->be);
     if (st == TSL_SUCCESS) drill_model_free(&m2);
     if (!why[0]) {
@@ -690,7 +701,7 @@ static void drill_alloc(drill *d) {
         memset(&g2, 0, sizeof g2);
         tsl_gallocr *ga2 = tsl_gallocr_new(d->be);
         tsl_error_clear(&e2);
-        st = drill_model_new(&m2, d->be, &e2);
+        st = drill_model_new(&m2, d->be, d->n_tok, &e2);
         if (st != TSL_SUCCESS) {
             drill_why(why, sizeof why, "the next model allocation failed: %s", e2.message);
         } else {
@@ -749,7 +760,7 @@ static void drill_alloc(drill *d) {
     memset(&f, 0, sizeof f);
     f.be = drill_backend_new(d->kind, d->o.threads, &e);
     bool leaked = false;
-    if (!f.be || drill_model_new(&f.m, f.be, &e) != TSL_SUCCESS || !drill_graph_build(&f.g, &f.m) ||
+    if (!f.be || drill_model_new(&f.m, f.be, d->n_tok, &e) != TSL_SUCCESS || !drill_graph_build(&f.g, &f.m) ||
         !(f.ga = tsl_gallocr_new(f.be)) || tsl_gallocr_alloc_graph(f.ga, f.g.g, &e) != TSL_SUCCESS) {
         drill_why(why, sizeof why, "could not set up a fresh backend: %s", e.message);
     } else if (tsl_backend_inject(f.be, rule, &e) != TSL_SUCCESS) {
@@ -992,7 +1003,7 @@ static void drill_kernel_row(drill *d, const char *name, int first) {
     tsl_error e, r;
     tsl_error_clear(&e);
     int live0 = drill_live_all(d);
-    if (d->o.plant_leak && !d->planted) /* the self-check: this row must be reported leaked */
+    if (d->o.plant_leak && !d->planted && d->n_tok == DR_TOK) /* the self-check: this row must be reported leaked */
         d->planted = tsl_buffer_alloc(d->fb, 4096, &r);
     uint64_t fired0 = tsl_backend_injected(d->be, TSL_FAULT_KERNEL);
     tsl_backend_recover(d->be, &r); /* built kernels are dropped: the next use builds */
@@ -1136,7 +1147,7 @@ static bool drill_setup(drill *d) {
     if (!d->be) goto fail;
     d->fb = tsl_backend_cpu_new(d->o.threads, &e);
     if (!d->fb) goto fail;
-    if (drill_model_new(&d->m, d->be, &e) != TSL_SUCCESS) goto fail;
+    if (drill_model_new(&d->m, d->be, d->n_tok, &e) != TSL_SUCCESS) goto fail;
     if (!drill_graph_build(&d->g1, &d->m)) {
         snprintf(e.message, sizeof e.message, "graph: %.200s", tsl_ctx_error(d->g1.ctx));
         goto fail;
@@ -1186,20 +1197,30 @@ static bool drill_class_run(const drill_opts *o, const char *kind, tsl_fault_cla
      * the host maps device memory (lavapipe, an integrated GPU), as a
      * discrete GPU copies anyway; this process runs the one class */
     if (cls == TSL_FAULT_COPYLOST) setenv("TSL_VULKAN_STAGING", "1", 1);
-    if (!drill_setup(&d)) return false;
-    DRILL_CLASS_FN[cls](&d);
-    if (d.c.injected == 0) {
-        /* every point was skipped: the injection site itself is broken */
-        char why[128];
-        snprintf(why, sizeof why, "no injection point of this class fired (%d skipped)", d.n_skipped);
-        drill_row(&d, tsl_fault_class_name(cls), why, false, NULL);
-    }
-    int left = drill_teardown(&d);
-    if (left > 0) {
-        fprintf(d.detail, "  %s: %d buffer(s) still alive after the drill freed its own\n",
-                tsl_fault_class_name(cls), left);
-        d.c.leaked++;
-        drill_send(&d, (drill_msg){.kind = 1, .n = 0, .leaked = 1});
+    /* the graph of a prompt, then of one token (a decode step: one-column
+     * products, which a GPU backend computes with other kernels and fusions),
+     * each on backends of its own */
+    static const int shapes[] = {DR_TOK, 1};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        d.n_tok = shapes[si];
+        d.n_skipped = 0;
+        const int injected = d.c.injected;
+        if (!drill_setup(&d)) return false;
+        DRILL_CLASS_FN[cls](&d);
+        if (d.c.injected == injected) {
+            /* every point was skipped: the injection site itself is broken */
+            char why[128];
+            snprintf(why, sizeof why, "no injection point of this class fired (%d skipped)", d.n_skipped);
+            drill_row(&d, tsl_fault_class_name(cls), why, false, NULL);
+        }
+        int left = drill_teardown(&d);
+        if (left > 0) {
+            fprintf(d.detail, "  %s: %d buffer(s) still alive after the drill freed its own\n",
+                    tsl_fault_class_name(cls), left);
+            d.c.leaked++;
+            drill_send(&d, (drill_msg){.kind = 1, .n = 0, .leaked = 1});
+            break; /* its backends are still held */
+        }
     }
     fflush(d.detail);
     *out = d.c;

@@ -209,6 +209,10 @@ else:
     check(rows.get("nobuf") and rows["nobuf"][2] >= 40, "vulkan: nobuf covers every node and leaf")
     # the copylost rows: uploads found by the next compute, read and set, and a read
     check(rows.get("copylost") and rows["copylost"][2] >= 7, "vulkan: copylost covers every way a copy is found")
+    # the one-token pass: the integer-dot mat-vecs' quantized column is an
+    # allocation inside a compute (the prompt's graph has none): 2 + 3 rows
+    check(rows.get("alloc") and rows["alloc"][2] >= 5,
+          "vulkan: alloc covers the decode step's scratch too (%s)" % (rows.get("alloc"),))
 
     # a planted leak is counted, once; and an ambient TSL_FAULT reaches no drill
     # process (it would make rows wrong)
