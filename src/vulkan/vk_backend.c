@@ -456,11 +456,24 @@ static void vk_kernel_record(vk_backend *be, int i, const tsl_tensor *node, int 
              k ? k->fail_text : "VK_ERROR_UNKNOWN: kernel build failed (injected fault)");
 }
 
-/* The kernel lookup of node i: fills the exec entry's kernel and pipeline,
- * or records why there is none. A kernel that fails to build (now, before,
- * on another backend of the device, or by injection) goes into this
- * backend's failure cache, so supports_op answers false for its nodes
- * until recovery rebuilds the kernels. */
+/* A compute's own scratch of sz bytes into *slot, the one there (of a
+ * device a recovery replaced, or too small) freed first, through the
+ * allocation fault site of node i's kernel kname: false, with aerr, where
+ * it is refused. Nothing of this backend runs then (vk_compute finished
+ * what was pending). */
+static bool vk_scratch_renew(vk_backend *be, vk_buf **slot, VkDeviceSize sz, uint64_t compute, int i,
+                             const tsl_tensor *node, const char *kname, tsl_error *aerr) {
+    vk_mem_free(be->dev, *slot); /* one of a device recovery replaced: a record only */
+    *slot = NULL;
+    fault_site site = {.compute = compute, .node = i, .tensor = node, .kernel = kname, .bytes = sz};
+    if (fault_plan_fire(be->base.faults, TSL_FAULT_ALLOC, &site)) {
+        error_set(aerr, TSL_ALLOC_FAILED, be->name, be->device, -1, NULL, NULL, "injected fault");
+        return false;
+    }
+    *slot = vk_mem_alloc(be->dev, sz, be->name, aerr);
+    return *slot != NULL;
+}
+
 /* Kernel k, dispatched before node i's own kernel kname (a quantizer, a
  * copy), into *out; its failure to build is kname's, recorded as such. */
 static bool vk_prior_kernel(vk_backend *be, int i, tsl_tensor *node, const char *kname, int k, VkPipeline *out) {
@@ -474,6 +487,11 @@ static bool vk_prior_kernel(vk_backend *be, int i, tsl_tensor *node, const char 
     return false;
 }
 
+/* The kernel lookup of node i: fills the exec entry's kernel and pipeline,
+ * or records why there is none. A kernel that fails to build (now, before,
+ * on another backend of the device, or by injection) goes into this
+ * backend's failure cache, so supports_op answers false for its nodes
+ * until recovery rebuilds the kernels. */
 static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tensor *node, vk_exec *x) {
     vk_device *d = be->dev;
     tsl_error rec;
@@ -526,19 +544,11 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
         const uint64_t need[2] = {vk_mm_conv_bytes(node), w ? vk_mm_wconv_bytes(node) : 0};
         for (int j = 0; j < (w ? 2 : 1); j++) {
             if (!vk_prior_kernel(be, i, node, kname, ck[j], cp[j])) return false;
-            /* nothing of this backend runs now (vk_compute finished what
-             * was pending): a scratch too small is replaced */
+            /* a scratch too small is replaced */
             if (!*scr[j] || (*scr[j])->gen != d->gen || (*scr[j])->size < need[j]) {
-                vk_mem_free(d, *scr[j]); /* one of a device recovery replaced: a record only */
-                *scr[j] = NULL;
                 tsl_error aerr;
                 const VkDeviceSize sz = (need[j] + ((VkDeviceSize)1 << 20) - 1) & ~(((VkDeviceSize)1 << 20) - 1);
-                fault_site asite = {.compute = compute, .node = i, .tensor = node, .kernel = kname, .bytes = sz};
-                if (fault_plan_fire(be->base.faults, TSL_FAULT_ALLOC, &asite))
-                    error_set(&aerr, TSL_ALLOC_FAILED, be->name, be->device, -1, NULL, NULL, "injected fault");
-                else
-                    *scr[j] = vk_mem_alloc(d, sz, be->name, &aerr);
-                if (!*scr[j]) {
+                if (!vk_scratch_renew(be, scr[j], sz, compute, i, node, kname, &aerr)) {
                     ledger_record(TSL_ALLOC_FAILED, i, node, "the scratch of %s (%llu bytes) for kernel '%s': %s",
                                   be->name, (unsigned long long)sz, kname, aerr.message);
                     return false;
@@ -550,15 +560,8 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
         /* the column quantizer runs first */
         if (!vk_prior_kernel(be, i, node, kname, VK_K_QUANTIZE_Q8_F32, &x->pipe2)) return false;
         if (!be->qscr || be->qscr->gen != d->gen) {
-            vk_mem_free(d, be->qscr); /* one of a device recovery replaced: a record only */
-            be->qscr = NULL;
             tsl_error aerr;
-            fault_site asite = {.compute = compute, .node = i, .tensor = node, .kernel = kname, .bytes = VK_QSCR_SLOT};
-            if (fault_plan_fire(be->base.faults, TSL_FAULT_ALLOC, &asite))
-                error_set(&aerr, TSL_ALLOC_FAILED, be->name, be->device, -1, NULL, NULL, "injected fault");
-            else
-                be->qscr = vk_mem_alloc(d, VK_QSCR_SLOT, be->name, &aerr);
-            if (!be->qscr) {
+            if (!vk_scratch_renew(be, &be->qscr, VK_QSCR_SLOT, compute, i, node, kname, &aerr)) {
                 ledger_record(TSL_ALLOC_FAILED, i, node, "the scratch of %s (%llu bytes) for kernel '%s': %s",
                               be->name, (unsigned long long)VK_QSCR_SLOT, kname, aerr.message);
                 return false;
@@ -911,19 +914,10 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             VkPipeline cp = ap ? vk_kernel_get(d, VK_K_ATTN_COMBINE_F32, &fk) : VK_NULL_HANDLE;
             attn_failed = !ap || !cp;
             if (!attn_failed && (!be->ascr || be->ascr->gen != d->gen)) {
-                vk_mem_free(d, be->ascr); /* one of a device recovery replaced: a record only */
-                be->ascr = NULL;
                 tsl_error aerr;
-                fault_site site = {.compute = atomic_load_explicit(&be->base.n_computes, memory_order_relaxed),
-                                   .node = be->exec[k + 2].index,
-                                   .tensor = be->exec[k + 2].node,
-                                   .kernel = vk_kernel_descs[ak].name,
-                                   .bytes = VK_ASCR_SIZE};
-                if (fault_plan_fire(be->base.faults, TSL_FAULT_ALLOC, &site))
-                    error_set(&aerr, TSL_ALLOC_FAILED, be->name, be->device, -1, NULL, NULL, "injected fault");
-                else
-                    be->ascr = vk_mem_alloc(d, VK_ASCR_SIZE, be->name, &aerr);
-                if (!be->ascr) {
+                if (!vk_scratch_renew(be, &be->ascr, VK_ASCR_SIZE,
+                                      atomic_load_explicit(&be->base.n_computes, memory_order_relaxed),
+                                      be->exec[k + 2].index, be->exec[k + 2].node, vk_kernel_descs[ak].name, &aerr)) {
                     TSL_LOGW("%s: no memory for attention's scratch (%s); its nodes run apart", be->name, aerr.message);
                     attn_failed = true;
                 }
