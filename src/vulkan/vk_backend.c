@@ -116,6 +116,10 @@
 #define VK_LOST_GRACE_NS 1000000000ull /* waiting on a device another backend found lost */
 #define VK_TEARDOWN_WAIT_NS 2000000000ull
 #define VK_MAX_SPANS 256
+#define VK_MAX_SYNC 8 /* signal words a command buffer's waits count on (vk_wait_edge) */
+/* where the signal words live: past the column scratch's slot and past the
+ * attention scratch, in bytes no column or partial reaches */
+#define VK_SYNC_BYTES ((VkDeviceSize)256)
 #define VK_DPOOL_SETS 256
 #define VK_PROF_MAX 8192 /* nodes per compute the profile times (TSL_VULKAN_PROFILE) */
 #define VK_STAGING_MIN ((size_t)1 << 20)
@@ -186,6 +190,22 @@ typedef struct vk_slot {
     vk_bind q_src;
     vk_bind q_at; /* where the column is: the scratch (its binding and first word, eoff) */
     bool zero_cnt; /* an attn_dec1 is recorded: the command buffer zeroes its counters first */
+    /* waits instead of barriers (vk_wait_edge): the tape index of the last
+     * dispatch where it is a producer that can signal and alone in its
+     * level (-1 otherwise); the signal words this tape counts into (their
+     * block, byte offset and count so far), zeroed when the command buffer
+     * starts; the next dispatch's barrier skipped */
+    int sig_rec;
+    uint32_t sig_n, sig_pc; /* its workgroups that count themselves in; its push constant word that names the signal word */
+    int n_sync;
+    struct {
+        vk_block *blk; /* the scratch, and the column in it, its length */
+        VkDeviceSize off;
+        uint32_t eoff;
+        int64_t K;
+        uint32_t word, count; /* the signal word (in the scratch's binding), counted to so far */
+    } sync[VK_MAX_SYNC];
+    bool nobar;
     int64_t q_ne[TSL_MAX_DIMS];
     size_t q_nb[TSL_MAX_DIMS];
     /* the activations the F16 scratch holds (a converting product's), as
@@ -232,6 +252,8 @@ struct vk_backend {
     bool no_qfuse;   /* the mat-vec's quantizer always its own dispatch (TSL_VULKAN_FUSE_QUANT=0) */
     bool no_one;     /* decode attention always in two passes (TSL_VULKAN_ATTN_ONE=0) */
     bool no_rfuse;   /* q/k/v ropes and cache stores apart from their product (TSL_VULKAN_FUSE_ROPE=0) */
+    int wait;        /* products wait on their producer's signal instead of a barrier (TSL_VULKAN_WAIT: 1 norms, 2 swiglu, 4 attention) */
+    uint32_t wait_skew; /* tests: the next wait asks for this many signals more than come (vk_test_wait) */
     /* norms into the products around them (vk_fuse_norms): 0 never
      * (TSL_VULKAN_FUSE_NORM=0), 1 always (=1), 2 (unset) for rows of at
      * most VK_NFUSE_AUTO_MAX values */
@@ -561,9 +583,9 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
         if (!vk_prior_kernel(be, i, node, kname, VK_K_QUANTIZE_Q8_F32, &x->pipe2)) return false;
         if (!be->qscr || be->qscr->gen != d->gen) {
             tsl_error aerr;
-            if (!vk_scratch_renew(be, &be->qscr, VK_QSCR_SLOT, compute, i, node, kname, &aerr)) {
+            if (!vk_scratch_renew(be, &be->qscr, VK_QSCR_SLOT + VK_SYNC_BYTES, compute, i, node, kname, &aerr)) {
                 ledger_record(TSL_ALLOC_FAILED, i, node, "the scratch of %s (%llu bytes) for kernel '%s': %s",
-                              be->name, (unsigned long long)VK_QSCR_SLOT, kname, aerr.message);
+                              be->name, (unsigned long long)(VK_QSCR_SLOT + VK_SYNC_BYTES), kname, aerr.message);
                 return false;
             }
         }
@@ -915,7 +937,7 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             attn_failed = !ap || !cp;
             if (!attn_failed && (!be->ascr || be->ascr->gen != d->gen)) {
                 tsl_error aerr;
-                if (!vk_scratch_renew(be, &be->ascr, VK_ASCR_SIZE,
+                if (!vk_scratch_renew(be, &be->ascr, VK_ASCR_SIZE + VK_SYNC_BYTES,
                                       atomic_load_explicit(&be->base.n_computes, memory_order_relaxed),
                                       be->exec[k + 2].index, be->exec[k + 2].node, vk_kernel_descs[ak].name, &aerr)) {
                     TSL_LOGW("%s: no memory for attention's scratch (%s); its nodes run apart", be->name, aerr.message);
@@ -1552,7 +1574,10 @@ static VkResult vk_encode_dispatch(vk_backend *be, vk_slot *sl, const vk_exec *x
         return VK_ERROR_UNKNOWN;
     }
     bool level = sl->dispatches == 0;
-    if (vk_hazard(sl, x)) {
+    const bool nobar = sl->nobar;
+    sl->nobar = false;
+    sl->sig_rec = -1;
+    if (!nobar && vk_hazard(sl, x)) {
         if (!vk_tape_add(sl, VK_REC_BARRIER)) return VK_ERROR_OUT_OF_HOST_MEMORY;
         sl->n_spans = 0;
         sl->barriers++;
@@ -1676,6 +1701,74 @@ static void vk_note_column(vk_slot *sl, const vk_exec *x, vk_bind at) {
     }
 }
 
+
+/* A product that waits for its producer instead of a barrier. The level
+ * before a one-column product is usually one small kernel (a norm on one
+ * workgroup, the decode attention, swiglu) that makes the product's
+ * quantized column; with a barrier between them the product's weights are
+ * not requested until that kernel is done. Here the product is dispatched
+ * with no barrier: its workgroups start beside the producer, request their
+ * first weights, and wait until the producer's signal word counts the
+ * producer's workgroups done (each counts itself in after a device-scope
+ * fence; the last range of each head for the attention), then read the
+ * column. Why it is safe: the producer is the one dispatch of its level (a
+ * barrier before it), so when it is done everything before the product is;
+ * the product reads nothing but immutable weights before its wait and
+ * writes nothing before it; the column is read from L2 (no first-level
+ * cache line of it exists on any SM before the wait, the barrier before the
+ * producer having invalidated them). The signal words lie past the
+ * scratches' bytes (VK_SYNC_BYTES), one per column place and length, zeroed
+ * when the command buffer starts; a producer's count into it accumulates
+ * over the command buffer, so the product waits for the running total.
+ * vk_note_signal marks the last dispatch as a producer (n workgroups will
+ * count themselves in; its push constant word pc_word names the signal
+ * word, 0 until a product waits on it). */
+static void vk_note_signal(vk_slot *sl, uint32_t n, uint32_t pc_word) {
+    if (!sl->tape[sl->n_tape - 1].level) return; /* not alone in its level */
+    sl->sig_rec = sl->n_tape - 1;
+    sl->sig_n = n;
+    sl->sig_pc = pc_word;
+}
+
+static void vk_wait_edge(vk_backend *be, vk_slot *sl, const vk_exec *x, uint32_t *pc) {
+    if (!be->wait || sl->sig_rec < 0 || sl->sig_rec != sl->n_tape - 1) return;
+    const vk_mm_info *v = vk_mm_info_of(x->kernel);
+    if (!v || (v->family != VK_MM_VECQ && v->family != VK_MM_VECQR)) return;
+    const vk_bind *c = &x->b[2];
+    VkDeviceSize area;
+    if (be->qscr && c->blk == be->qscr->blk && c->off == be->qscr->off) area = VK_QSCR_SLOT;
+    else if (be->ascr && c->blk == be->ascr->blk && c->off == be->ascr->off) area = VK_ASCR_SIZE;
+    else return;
+    if (c->range < area + VK_SYNC_BYTES) return;
+    const int64_t K = x->node->src[0]->ne[0];
+    int k = 0;
+    while (k < sl->n_sync && !(sl->sync[k].blk == c->blk && sl->sync[k].off == c->off && sl->sync[k].eoff == c->eoff &&
+                               sl->sync[k].K == K))
+        k++;
+    if (k == sl->n_sync) {
+        if (k == VK_MAX_SYNC) return;
+        sl->sync[k].blk = c->blk;
+        sl->sync[k].off = c->off;
+        sl->sync[k].eoff = c->eoff;
+        sl->sync[k].K = K;
+        sl->sync[k].word = (uint32_t)(area / 4) + (uint32_t)k;
+        sl->sync[k].count = 0;
+        sl->n_sync++;
+    }
+    vk_rec *pr = &sl->tape[sl->sig_rec];
+    if (pr->pc[sl->sig_pc] == 0) { /* the producer counts itself in once */
+        pr->pc[sl->sig_pc] = sl->sync[k].word;
+        sl->sync[k].count += sl->sig_n;
+    }
+    if (pr->pc[sl->sig_pc] != sl->sync[k].word) return;
+    pc[1] = sl->sync[k].count + be->wait_skew; /* the count to wait for, in the column count's word */
+    be->wait_skew = 0;
+    pc[17] = sl->sync[k].word; /* the signal word, in the activations' offset (unread) */
+    pc[19] |= 256u;            /* flags: wait */
+    sl->nobar = true;
+}
+
+
 /* Source j (0 the weights, 1 the activations) of converting product x
  * copied to F16, dense, into scratch binding to, by kernel pipe
  * (cpy_f32_f16, cpy_q8_0_f16 or cpy_q4_0_f16). */
@@ -1708,6 +1801,8 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
             at.eoff = x->bx.eoff + VK_ASCR_Q8_WORD;
             vk_note_column(sl, x, at);
             sl->zero_cnt = true;
+            /* the last range of each (head, column) counts itself in */
+            if (be->wait & 4) vk_note_signal(sl, pc[3] * pc[5], 30);
         }
         return r;
     }
@@ -1760,6 +1855,10 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     if (!x->pipe2) {
         uint32_t pcsize = vk_op_params(d, x, pc, grid);
         VkResult r = vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
+        if (r == VK_SUCCESS && x->qout && x->kernel == VK_K_RMS_NORM_MUL_F32 && (be->wait & 1))
+            vk_note_signal(sl, grid[0] * grid[1] * grid[2], 19);
+        if (r == VK_SUCCESS && x->qout && x->kernel == VK_K_SWIGLU_Q_F32 && (be->wait & 2))
+            vk_note_signal(sl, grid[0] * grid[1] * grid[2], 26);
         if (r == VK_SUCCESS && x->qout) {
             /* the scratch holds this node's row quantized now */
             sl->q_valid = true;
@@ -1805,6 +1904,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     }
     x2.b[2] = sl->q_at; /* where the column is now (the quantizer's, or the kernel's that made it) */
     uint32_t pcsize = vk_op_params(d, &x2, pc, grid);
+    if (have) vk_wait_edge(be, sl, &x2, pc);
     VkResult r = vk_encode_dispatch(be, sl, &x2, x->pipe, pc, pcsize, grid);
     if (r == VK_SUCCESS && x->nq_y) {
         /* it made the next norm's column (VECQN): the products after it
@@ -1839,6 +1939,9 @@ static void vk_encode_slot(vk_backend *be, int s) {
     sl->q_valid = false;
     sl->h_valid = false;
     sl->zero_cnt = false;
+    sl->sig_rec = -1;
+    sl->n_sync = 0;
+    sl->nobar = false;
     sl->n_tape = 0;
     sl->reused = false;
     const char *what = "recording a kernel";
@@ -1898,6 +2001,9 @@ static void vk_encode_slot(vk_backend *be, int s) {
         if (sl->zero_cnt && be->ascr)
             vkCmdFillBuffer(sl->cb, be->ascr->blk->buf, be->ascr->off + (VkDeviceSize)VK_ASCR_CNT_WORD * 4u,
                             VK_ASCR_CNT_BYTES, 0);
+        /* the signal words the waits count on start at 0 too */
+        for (int k = 0; k < sl->n_sync; k++)
+            vkCmdFillBuffer(sl->cb, sl->sync[k].blk->buf, sl->sync[k].off + (VkDeviceSize)sl->sync[k].word * 4u, 4, 0);
         /* after everything before it on the queue: earlier command buffers
          * of this graph, uploads, earlier graphs */
         vk_barrier(sl->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
@@ -2319,7 +2425,22 @@ static tsl_status vk_finish(vk_backend *be, tsl_error *err) {
         vk_read_gpu_time(be);
         if (be->ppool) vk_read_profile(be);
     }
-    if (st == TSL_SUCCESS && be->swords[0] != 0) {
+    if (st == TSL_SUCCESS && be->swords[0] == 2) {
+        /* a product's wait for its producer ran past its bound
+         * (vk_wait_edge): the device did not run the producer beside it.
+         * Nothing is latched; the waits are off for this backend from now
+         * on, so the same graph runs again with barriers. */
+        const int node = (int)be->swords[1];
+        const vk_exec *wx = NULL;
+        for (int k = 0; k < be->n_exec; k++)
+            if (be->exec[k].index == node) wx = &be->exec[k];
+        be->wait = 0;
+        st = error_set(&rec, TSL_RETRY, be->name, be->device, node, wx ? wx->node : NULL,
+                       wx ? vk_kernel_descs[wx->kernel].name : NULL,
+                       "kernel waited past its bound for the workgroups before it (%u of %u counted): this device did "
+                       "not run it beside them; waits are off for %s now (barriers instead), run the graph again",
+                       be->swords[2], be->swords[3], be->name);
+    } else if (st == TSL_SUCCESS && be->swords[0] != 0) {
         int node = (int)be->swords[1];
         const tsl_tensor *nt = NULL;
         for (int k = 0; k < be->n_exec; k++) {
@@ -3557,6 +3678,15 @@ tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
     be->no_fuse = getenv("TSL_VULKAN_FUSE") && strcmp(getenv("TSL_VULKAN_FUSE"), "0") == 0;
     be->no_one = getenv("TSL_VULKAN_ATTN_ONE") && strcmp(getenv("TSL_VULKAN_ATTN_ONE"), "0") == 0;
     be->no_rfuse = getenv("TSL_VULKAN_FUSE_ROPE") && strcmp(getenv("TSL_VULKAN_FUSE_ROPE"), "0") == 0;
+    /* products waiting on their producers instead of barriers: by default
+     * where the driver is known to start a dispatch's workgroups in order
+     * behind the one before it (NVIDIA's; lavapipe runs dispatches one
+     * after another), TSL_VULKAN_WAIT=0 off, 1-7 which edges elsewhere */
+    {
+        const char *we = getenv("TSL_VULKAN_WAIT");
+        const bool known = be->dev->props.vendorID == 0x10DE || be->dev->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+        be->wait = we && *we ? vk_env_int("TSL_VULKAN_WAIT", 0, 7, 0) : known ? 7 : 0;
+    }
     {
         const char *nf = getenv("TSL_VULKAN_FUSE_NORM");
         be->nfuse = !nf || !*nf ? 2 : strcmp(nf, "0") == 0 ? 0 : 1;
@@ -3639,6 +3769,15 @@ tsl_status tsl_backend_vulkan_stats(const tsl_backend *b, tsl_vulkan_stats *out)
     out->readback_reads = be->st_rb_reads;
     out->upload_ms = be->st_up_ms;
     return TSL_SUCCESS;
+}
+
+int vk_test_wait(tsl_backend *b, int mask, uint32_t skew) {
+    if (!vk_backend_dev(b)) return -1;
+    vk_backend *be = (vk_backend *)b;
+    const int was = be->wait;
+    if (mask >= 0) be->wait = mask & 7;
+    be->wait_skew = skew;
+    return was;
 }
 
 int vk_test_levels(tsl_backend *b, int s, int *first, int *last, int cap) {

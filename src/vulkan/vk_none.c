@@ -54,6 +54,8 @@ int vk_test_levels(tsl_backend *be, int s, int *first, int *last, int cap) { ret
 
 int vk_test_progress(tsl_backend *be) { return -1; }
 
+int vk_test_wait(tsl_backend *be, int mask, uint32_t skew) { return -1; }
+
 const uint32_t *vk_test_kernel_spirv(const char *name, size_t *size) {
     if (size) *size = 0;
     return NULL;

@@ -32,4 +32,12 @@ int vk_test_levels(tsl_backend *be, int s, int *first, int *last, int cap);
  * progress word), -1 for none; -1 for a backend not Vulkan. */
 int vk_test_progress(tsl_backend *be);
 
+/* The backend's waits (a product dispatched beside the kernel that makes
+ * its column, waiting on its signal instead of a barrier): sets the edges
+ * (mask: 1 norms, 2 swiglu, 4 attention; 0 none; -1 leaves them) and, with
+ * skew > 0, makes the next wait recorded ask for skew signals more than its
+ * producer gives, so that it runs past its bound. Returns the mask before,
+ * or -1 for a backend not Vulkan. */
+int vk_test_wait(tsl_backend *be, int mask, uint32_t skew);
+
 #endif /* TSL_VK_TEST_H */

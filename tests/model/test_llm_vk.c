@@ -469,7 +469,8 @@ static void test_attention_one(void) {
 /* Decode tokens STEPS on ctx c (after the prompt), keeping their logits in
  * l (STEPS x nv) and the dispatches they took in *disp; false on a failed
  * decode. */
-static bool decode_steps(tsl_backend *vk, tsl_llm_ctx *c, int steps, int nv, float *l, uint64_t *disp) {
+/* ... and, where bar is not NULL, the tokens' barriers there */
+static bool decode_steps(tsl_backend *vk, tsl_llm_ctx *c, int steps, int nv, float *l, uint64_t *disp, uint64_t *bar) {
     tsl_error err;
     tsl_vulkan_stats s0, s1;
     bool ok = c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS;
@@ -482,6 +483,7 @@ static bool decode_steps(tsl_backend *vk, tsl_llm_ctx *c, int steps, int nv, flo
     }
     CHECK(tsl_backend_vulkan_stats(vk, &s1) == TSL_SUCCESS);
     *disp = s1.dispatches - s0.dispatches;
+    if (bar) *bar = s1.barriers - s0.barriers;
     return ok;
 }
 
@@ -530,7 +532,7 @@ static bool arch_pair_open(arch_pair *p, const char *const path[2], const tsl_ll
     if (ok && ncb > 0) CHECK(tsl_backend_vulkan_set_command_buffers(p->vk, ncb, &err) == TSL_SUCCESS);
     for (int k = 0; ok && k < 2; k++) {
         tsl_llm_ctx *c = new_ctx(p->m[k], p->vk, 64, 16, false);
-        ok = decode_steps(p->vk, c, steps, p->nv, p->l[k], &p->disp[k]);
+        ok = decode_steps(p->vk, c, steps, p->nv, p->l[k], &p->disp[k], NULL);
         tsl_llm_ctx_free(c);
     }
     return ok;
@@ -602,7 +604,7 @@ static void test_qwen3_levels(void) {
         for (int k = 0; k < 3; k++) CHECK(vk_test_set_kernel(p.vk, one[k], NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
         tsl_llm_ctx *c = new_ctx(p.m[0], p.vk, 64, 16, false);
         uint64_t two = 0;
-        if (decode_steps(p.vk, c, STEPS, p.nv, p.l[1], &two)) {
+        if (decode_steps(p.vk, c, STEPS, p.nv, p.l[1], &two, NULL)) {
             tsl_vulkan_device_info vi;
             const bool qdot = tsl_backend_vulkan_info(p.vk, &vi, NULL) == TSL_SUCCESS && vi.integer_dot;
             const uint64_t want = qdot ? (uint64_t)STEPS * (uint64_t)tsl_model_get_info(p.m[0])->n_layer : 0;
@@ -622,7 +624,7 @@ static void test_qwen3_levels(void) {
             if (vkn) tsl_backend_vulkan_set_reuse(vkn, false);
             c = vkn ? new_ctx(p.m[0], vkn, 64, 16, false) : NULL;
             uint64_t dn = 0;
-            if (c && decode_steps(vkn, c, STEPS, p.nv, p.l[1], &dn)) {
+            if (c && decode_steps(vkn, c, STEPS, p.nv, p.l[1], &dn, NULL)) {
                 tsl_vulkan_stats st;
                 CHECK(tsl_backend_vulkan_stats(vkn, &st) == TSL_SUCCESS && st.last_command_buffers > 1);
                 CHECKF(memcmp(p.l[0], p.l[1], bytes) == 0, "one and %d command buffers differ", ncb);
@@ -664,7 +666,7 @@ static void check_fusion(const char *env, const char *tag, synth_shape sh, uint6
         for (int k = 0; apart && l && k < 2; k++) {
             tsl_llm_ctx *c = new_ctx(p.m[k], apart, 64, 16, false);
             uint64_t disp = 0;
-            if (decode_steps(apart, c, STEPS, p.nv, l, &disp)) {
+            if (decode_steps(apart, c, STEPS, p.nv, l, &disp, NULL)) {
                 const uint64_t want = on ? fewer * (uint64_t)STEPS * (uint64_t)tsl_model_get_info(p.m[k])->n_layer : 0;
                 CHECKF(disp == p.disp[k] + want, "%s, arch %d: %llu dispatches apart, %llu fused (%llu fewer expected)",
                        tag, k, (unsigned long long)disp, (unsigned long long)p.disp[k], (unsigned long long)want);
@@ -763,6 +765,112 @@ out:
     tsl_backend_free(be);
     tsl_backend_free(cpu);
     unlink(path);
+}
+
+/* ---- products waiting on their producers ---------------------------------------------------- */
+
+/* Barriers of `steps` decode tokens of m on vk after the prompt, their
+ * logits into l. */
+static bool decode_barriers(tsl_model *m, tsl_backend *vk, int steps, int nv, float *l, uint64_t *barriers) {
+    tsl_llm_ctx *c = new_ctx(m, vk, 64, 16, false);
+    uint64_t disp = 0;
+    const bool ok = decode_steps(vk, c, steps, nv, l, &disp, barriers);
+    tsl_llm_ctx_free(c);
+    return ok;
+}
+
+/* test_wait_edges: a wait past its bound on vk (waits on, `mask`), for
+ * m's decode whose logits without waits are l */
+static void wait_past_bound(tsl_model *m, tsl_backend *vk, int mask, int steps, int nv, const float *l) {
+    /* a wait past its bound: one attempt, so the RETRY comes back */
+    tsl_llm_params lp = tsl_llm_default_params();
+    lp.backend = vk;
+    lp.n_ctx = 64;
+    lp.n_batch = 16;
+    lp.n_threads = 2;
+    lp.retry_attempts = 1;
+    tsl_error err;
+    tsl_llm_ctx *c = tsl_llm_ctx_new(m, &lp, &err);
+    CHECK(c && tsl_llm_decode(c, PROMPT, N_PROMPT, &err) == TSL_SUCCESS);
+    vk_test_wait(vk, -1, 1);
+    tsl_vulkan_stats s0, s1;
+    CHECK(tsl_backend_vulkan_stats(vk, &s0) == TSL_SUCCESS);
+    const tsl_status st = c ? tsl_llm_decode(c, PROMPT, 1, &err) : TSL_FAILED;
+    CHECKF(st == TSL_RETRY, "a wait past its bound: %s (%s)", tsl_status_str(st), err.message);
+    CHECK_STR_CONTAINS(err.message, "waited past its bound");
+    CHECK_STR_CONTAINS(err.message, "waits are off");
+    CHECK(err.node >= 0 && strstr(err.kernel, "mul_mat_vecq") != NULL);
+    printf("  past its bound: %s: %s\n", tsl_status_str(st), err.message);
+    CHECK(vk_test_wait(vk, -1, 0) == 0);
+    /* nothing moved: the same token again, with barriers, then the
+     * rest, each with the logits of the run without waits */
+    for (int i = 0; c && i < steps; i++) {
+        CHECK(tsl_llm_decode(c, PROMPT + i, 1, &err) == TSL_SUCCESS);
+        const double d = rel_diff(tsl_llm_logits(c, -1), l + (size_t)i * nv, nv);
+        CHECKF(d == 0, "token %d after the wait past its bound: %.3g", i, d);
+    }
+    CHECK(tsl_backend_vulkan_stats(vk, &s1) == TSL_SUCCESS);
+    CHECK(s1.barriers - s0.barriers > 0);
+    tsl_llm_ctx_free(c);
+    vk_test_wait(vk, mask, 0);
+}
+
+/* A one-column product dispatched beside the one kernel of the level
+ * before it that makes its column (the attention and feed-forward norms,
+ * the attention, swiglu), waiting on that kernel's signal instead of a
+ * barrier: on a device where the waits are on by default (NVIDIA's driver,
+ * a CPU device), four barriers a layer and one for the output norm's
+ * product fewer a token than with the waits off (vk_test_wait), the same
+ * logits bit for bit, and the CPU's. A wait that
+ * runs past its bound (the producer asked for one signal more than it
+ * gives) fails its compute with RETRY naming the node and the kernel, turns
+ * the waits off on that backend, and the decode goes on with barriers and
+ * the same logits; a device loss mid-decode recovers with the waits on.
+ * Norms apart from the products (TSL_VULKAN_FUSE_NORM=0): fused into them,
+ * a short row's norms leave no norm level to wait on. */
+static void test_wait_edges(void) {
+    enum { STEPS = 4 };
+    const char *path[2] = {tpath("wait_llama.gguf"), tpath("wait_qwen2.gguf")};
+    const tsl_llm_arch arch[2] = {TSL_ARCH_LLAMA, TSL_ARCH_QWEN2};
+    setenv("TSL_VULKAN_FUSE_NORM", "0", 1);
+    arch_pair p;
+    const bool opened =
+        arch_pair_open(&p, path, arch, (synth_shape){"wait", TSL_ARCH_LLAMA, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false},
+                       23, STEPS, 0);
+    tsl_backend *off = opened ? vk_new() : NULL;
+    unsetenv("TSL_VULKAN_FUSE_NORM");
+    float *l = malloc((size_t)STEPS * (size_t)p.nv * sizeof(float)), *lw = malloc((size_t)STEPS * (size_t)p.nv * sizeof(float));
+    if (!opened || !off || !l || !lw) {
+        CHECK(opened && off && l && lw);
+        goto out;
+    }
+    tsl_vulkan_device_info vi;
+    CHECK(tsl_backend_vulkan_info(p.vk, &vi, NULL) == TSL_SUCCESS);
+    const int mask = vk_test_wait(p.vk, -1, 0);
+    const bool on = vi.integer_dot && mask == 7;
+    printf("  waits %s (mask %d) on %s\n", on ? "on" : "off", mask, vi.name);
+    CHECK(vk_test_wait(off, 0, 0) == mask);
+    for (int k = 0; k < 2; k++) {
+        const int L = tsl_model_get_info(p.m[k])->n_layer;
+        uint64_t bw = 0, bo = 0;
+        if (!decode_barriers(p.m[k], p.vk, STEPS, p.nv, lw, &bw) || !decode_barriers(p.m[k], off, STEPS, p.nv, l, &bo)) continue;
+        const uint64_t want = on ? (4u * (uint64_t)L + 1u) * STEPS : 0;
+        CHECKF(bo == bw + want, "arch %d: %llu barriers with the waits, %llu without (%llu fewer expected)", k,
+               (unsigned long long)bw, (unsigned long long)bo, (unsigned long long)want);
+        for (int i = 0; i < STEPS; i++) {
+            const double d = rel_diff(lw + (size_t)i * p.nv, l + (size_t)i * p.nv, p.nv);
+            CHECKF(d == 0, "arch %d, token %d: logits with the waits differ from those without by %.3g", k, i, d);
+        }
+        cpu_agrees(p.m[k], p.cpu, STEPS, lw, p.nv);
+        lost_mid_decode(p.m[k], p.vk, 2, STEPS, lw, p.nv);
+        CHECK(vk_test_wait(p.vk, -1, 0) == mask);
+        if (on && k == 0) wait_past_bound(p.m[k], p.vk, mask, STEPS, p.nv, l);
+    }
+out:
+    free(l);
+    free(lw);
+    tsl_backend_free(off);
+    arch_pair_close(&p);
 }
 
 /* ---- steady-state decode ----------------------------------------------------------------- */
@@ -1012,6 +1120,7 @@ int main(void) {
         RUN(test_qwen3_levels);
         RUN(test_qkv_rope);
         RUN(test_norm_fused);
+        RUN(test_wait_edges);
         RUN(test_weight_op_fallback);
         RUN(test_steady_decode);
         rc = test_summary();

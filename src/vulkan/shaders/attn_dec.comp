@@ -61,6 +61,7 @@ layout(push_constant) uniform P {
     uint oc, oqc;                         /* in binding 5: the counters', the quantized column's first word */
     uint oo, so0, so1, so2;               /* out: (e, n, h) in binding 3 */
     uint noout;                           /* 1: only the quantized column is read: out is left unwritten */
+    uint sync;                            /* nonzero: a word of binding 5 each head's join counts itself into when done */
 #endif
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
@@ -261,5 +262,6 @@ void main() {
     combine_head(tid, h, pc.n_head, pc.hdv, pc.nsplit, pc.od + hn * pc.nsplit * (pc.hdv + 2u),
                  pc.oo + n * pc.so1 + h * pc.so2, pc.so0, pc.oqc);
     if (tid == 0u) xu[pc.oc + hn] = 0u; /* for the next attention */
+    TSL_COUNT_IN(xu, pc.sync) /* a product waiting for the quantized column */
 #endif
 }

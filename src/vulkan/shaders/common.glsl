@@ -43,3 +43,16 @@ layout(binding = 4) buffer TslStatus { uint tsl_status_words[]; };
 #define TSL_PROGRESS()                                                                    \
     if (gl_LocalInvocationIndex == 0u && gl_WorkGroupID == uvec3(0u) && pc.tsl_node != 0u) \
     atomicMax(tsl_status_words[TSL_PROGRESS_WORD], pc.tsl_node)
+
+/* A producer a product waits on (vk_backend.c, vk_wait_edge): once the whole
+ * workgroup is done, every invocation's stores fenced at device scope, one
+ * invocation counts the workgroup into word `at` of buffer array Q (a
+ * coherent binding). at 0: no product waits. Reached by the whole
+ * workgroup (its barrier); at is uniform. */
+#define TSL_COUNT_IN(Q, at)                                \
+    if ((at) != 0u) {                                      \
+        memoryBarrierBuffer();                             \
+        barrier();                                         \
+        if (gl_LocalInvocationIndex == 0u) atomicAdd(Q[at], 1u); \
+    }
+

@@ -37,6 +37,7 @@ layout(push_constant) uniform P {
     float p0;
     uint flags;
     uint oq; /* QOUT: the quantized column's first word */
+    uint sync; /* QOUT: nonzero, a word of binding 2 each workgroup counts itself into when done */
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
@@ -79,7 +80,8 @@ float op(float x, float y) {
 }
 
 #if defined(QOUT)
-layout(binding = 2) writeonly buffer Q { uint qd[]; };
+layout(binding = 2) coherent writeonly buffer Q { uint qd[]; };
+layout(binding = 2) coherent buffer QS { uint qsig[]; };
 shared float qv[256];
 shared float qm[64];
 shared int qsum[64];
@@ -116,8 +118,8 @@ void main() {
         qsum[lid] = sum;
     }
     barrier();
-    if (lid >= 64u || blk >= nb) return;
-    Q8_STORE(qd, pc.oq, nb, blk, part, word, dq, qsum, lid)
+    if (lid < 64u && blk < nb) Q8_STORE(qd, pc.oq, nb, blk, part, word, dq, qsum, lid)
+    TSL_COUNT_IN(qsig, pc.sync) /* a product waiting for the column */
 }
 #else
 void main() {

@@ -76,6 +76,15 @@
  * work run 2.5-5 us longer each, more than its level): the backend fuses
  * rows of at most 2048 by default (vk_backend.c).
  *
+ * Waiting instead of a barrier (flags 256, vk_backend.c vk_wait_edge): the
+ * product may be dispatched beside the one kernel that makes its column
+ * (rms_norm_mul, swiglu_q, attn_dec1), with no barrier between them. Its
+ * workgroups request their first U steps of weights, then one invocation
+ * polls the producer's signal word (binding 2, word pc.ob; pc.N the count
+ * of producer workgroups to see), and the column's addresses are offset by
+ * a zero read after the workgroup's barrier, so no column load is moved
+ * above the wait. The weights stream while the producer runs.
+ *
  * Needs VK_KHR_shader_integer_dot_product (OpSDot, declared below through
  * GL_EXT_spirv_intrinsics: the GLSL compilers of Debian 12 predate
  * GL_EXT_integer_dot_product). The host uses the kernel only where the
@@ -160,6 +169,9 @@ layout(binding = 0) readonly restrict buffer A2 { uint a2[]; };
 layout(binding = 2) readonly restrict buffer Q1 { uint q1[]; };
 layout(binding = 2) readonly restrict buffer Q4 { uvec4 q4[]; };
 layout(binding = 2) readonly restrict buffer Q2 { uvec2 q2[]; };
+layout(binding = 2) volatile coherent buffer QV { uint qv[]; };  /* the signal word */
+layout(binding = 2) coherent readonly buffer QC1 { uint qc1[]; }; /* the column, read after a wait */
+layout(binding = 2) coherent readonly buffer QC4 { uvec4 qc4[]; };
 layout(binding = 1) readonly buffer RES { float res[]; };
 layout(binding = 3) writeonly buffer D { float d[]; };
 #if defined(ROPE)
@@ -379,17 +391,54 @@ float norm_scale(uint nb, uint z, uint lane) {
 }
 #endif
 
+/* flags 256: the kernel was dispatched beside the producer of its column
+ * with no barrier between (vk_backend.c, vk_wait_edge); it waits until the
+ * producer's signal word (after the column and a norm's sums) counts pc.N,
+ * then reads the column coherently. Bounded: a producer that never signals
+ * fails the compute instead of hanging it. */
+#define MV_WAIT 256u
+#define MV_WAIT_POLLS (1u << 21) /* ~1-2 s of polling on the H200 */
+shared uint wait_ok;
+/* Returns 0 once the producer is done, read from shared memory after the
+ * workgroup's barrier: the column's address is offset by it, so no load of
+ * the column can be moved above the wait. A wait past its bound claims the
+ * status words (code 2: the node, the count seen, the count wanted) and
+ * returns 0 too; the host fails the compute and turns the waits off. */
+uint wait_producer() {
+    if (gl_LocalInvocationIndex == 0u) {
+        const uint at = pc.ob; /* the signal word */
+        uint seen = 0u;
+        bool ok = false;
+        for (uint i = 0u; i < MV_WAIT_POLLS && !ok; i++) {
+            seen = qv[at];
+            ok = seen >= pc.N;
+        }
+        if (!ok && atomicCompSwap(tsl_status_words[0], 0u, 2u) == 0u) {
+            tsl_status_words[1] = pc.tsl_node - 1u;
+            tsl_status_words[2] = seen;
+            tsl_status_words[3] = pc.N;
+        }
+        wait_ok = 0u;
+    }
+    barrier();
+    memoryBarrierBuffer();
+    return wait_ok;
+}
+
 /* The quantized column into shared memory: 16-byte copies */
-void stage_column(uint nb, uint z) {
-    const uint base = (pc.oq >> 2) + z * (pc.cq >> 2); /* uvec4 units */
+void stage_column(uint nb, uint z, uint z0) {
+    const uint base = (pc.oq >> 2) + z * (pc.cq >> 2) + z0; /* uvec4 units */
+    const bool coh = (pc.flags & MV_WAIT) != 0u;
     for (uint u = gl_LocalInvocationID.x; u < 2u * nb; u += W) {
-        const uvec4 v = q4[base + u];
+        const uvec4 v = coh ? qc4[base + u] : q4[base + u];
         const uint half_ = u / nb, b = u % nb;
         qs[2u * (half_ * KB + b)] = v.xy;
         qs[2u * (half_ * KB + b) + 1u] = v.zw;
     }
-    for (uint b = gl_LocalInvocationID.x; b < nb; b += W)
-        qd[b] = uintBitsToFloat(uvec2(q1[pc.oq + z * pc.cq + 8u * nb + 2u * b], q1[pc.oq + z * pc.cq + 8u * nb + 2u * b + 1u]));
+    for (uint b = gl_LocalInvocationID.x; b < nb; b += W) {
+        const uint o = pc.oq + z * pc.cq + 8u * nb + 2u * b + z0;
+        qd[b] = uintBitsToFloat(coh ? uvec2(qc1[o], qc1[o + 1u]) : uvec2(q1[o], q1[o + 1u]));
+    }
 }
 
 /* 8 bytes s (0, 1) of half h (activations 0..15, 16..31) of block b of
@@ -477,9 +526,10 @@ void main() {
         }
     }
 
-    const uint cb2 = (pc.oq + gl_WorkGroupID.z * pc.cq) >> 1;
+    const uint z0 = (pc.flags & MV_WAIT) != 0u ? wait_producer() : 0u; /* uniform */
+    const uint cb2 = ((pc.oq + gl_WorkGroupID.z * pc.cq) >> 1) + z0;
     if (KB != 0u) {
-        stage_column(nb, gl_WorkGroupID.z);
+        stage_column(nb, gl_WorkGroupID.z, z0);
         barrier();
     }
 #if defined(NS)

@@ -41,6 +41,7 @@ layout(push_constant) uniform P {
     uint oa, od, ow, sw0;
     float eps;
     uint qout, oq; /* qout 1: the row quantized to words oq.. of binding 2 too */
+    uint sync;     /* nonzero: a word of binding 2 this workgroup counts itself into when done */
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
@@ -48,7 +49,8 @@ layout(binding = 0) readonly buffer A { float a[]; };
 layout(binding = 0) readonly buffer A4 { vec4 a4[]; };
 layout(binding = 1) readonly buffer W { float w[]; };
 layout(binding = 1) readonly buffer W4 { vec4 w4[]; };
-layout(binding = 2) writeonly buffer Q { uint qd[]; };
+layout(binding = 2) coherent writeonly buffer Q { uint qd[]; };
+layout(binding = 2) coherent buffer QS { uint qsig[]; };
 layout(binding = 3) writeonly buffer D { float d[]; };
 layout(binding = 3) writeonly buffer D4 { vec4 d4[]; };
 
@@ -144,4 +146,5 @@ void main() {
         precise const float y = a[xa + i * pc.sa0] * scale;
         d[xd + i * pc.sd0] = y * w[pc.ow + i * pc.sw0];
     }
+    TSL_COUNT_IN(qsig, pc.sync) /* a product waiting for this row's column */
 }
