@@ -435,6 +435,13 @@ uint64_t tsl_sched_n_reused(const tsl_sched *s);
  *                            default, where its output is an integer-dot
  *                            mat-vec's column, one: the last key range of
  *                            each head joins the ranges)
+ *   TSL_VULKAN_WAIT=0..7     one-column products that wait on the one
+ *                            kernel of the level before them (1 norms, 2
+ *                            swiglu, 4 decode attention) instead of a
+ *                            barrier; 0 never. Unset: all (7) on NVIDIA's
+ *                            driver and CPU devices, none elsewhere. A wait
+ *                            past its bound fails the compute with RETRY
+ *                            and turns the backend's waits off
  *   TSL_VULKAN_NO_INTEGER_DOT=1  leave VK_KHR_shader_integer_dot_product off:
  *                            Q8_0/Q4_0 mat-vec in F32 activations
  *   TSL_VULKAN_NO_FLOAT64=1  leave shaderFloat64 off: the kernels that form
