@@ -44,6 +44,12 @@
 #define VK_BIND_Y 6
 #define VK_PC_WORDS 32   /* 128 bytes: the push-constant size every device has */
 #define VK_PC_NODE 31    /* the last word: the node + 1 a dispatch runs for (the progress word, common.glsl) */
+/* The word of a producer's push constants that names its signal word (0:
+ * none), which vk_wait_edge (vk_backend.c) fills in once a product waits on
+ * it: rms_norm_mul's, swiglu_q's (eltwise.comp) and attn_dec1's `sync` */
+#define VK_PC_RMS_SIGNAL 19
+#define VK_PC_SWIGLU_SIGNAL 26
+#define VK_PC_ATTN1_SIGNAL 30
 #define VK_SW_PROGRESS 8 /* status word: the last node + 1 any kernel of the compute started */
 #define VK_MAX_DEVICES 16
 #define VK_ALIGN 256     /* tensor placement alignment of Vulkan buffers */
@@ -506,6 +512,11 @@ typedef struct vk_exec {
     vk_bind nq_ybind;
     bool nscale;
     float ns_eps;
+    /* an integer-dot mat-vec dispatched beside the kernel that makes its
+     * column (vk_wait_edge): the count of that kernel's workgroups to wait
+     * for (0: a barrier before it, no wait) at word wait_word of the
+     * column's binding */
+    uint32_t wait_n, wait_word;
     /* the execs after this one that must be in its command buffer (they
      * find their column in its state: vk_plan) */
     int keep;

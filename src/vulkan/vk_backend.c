@@ -116,9 +116,9 @@
 #define VK_LOST_GRACE_NS 1000000000ull /* waiting on a device another backend found lost */
 #define VK_TEARDOWN_WAIT_NS 2000000000ull
 #define VK_MAX_SPANS 256
-#define VK_MAX_SYNC 8 /* signal words a command buffer's waits count on (vk_wait_edge) */
-/* where the signal words live: past the column scratch's slot and past the
- * attention scratch, in bytes no column or partial reaches */
+/* where the signal words live (vk_wait_edge): one past the column scratch's
+ * slot and one past the attention scratch, in bytes no column or partial
+ * reaches */
 #define VK_SYNC_BYTES ((VkDeviceSize)256)
 #define VK_DPOOL_SETS 256
 #define VK_PROF_MAX 8192 /* nodes per compute the profile times (TSL_VULKAN_PROFILE) */
@@ -191,20 +191,16 @@ typedef struct vk_slot {
     vk_bind q_at; /* where the column is: the scratch (its binding and first word, eoff) */
     bool zero_cnt; /* an attn_dec1 is recorded: the command buffer zeroes its counters first */
     /* waits instead of barriers (vk_wait_edge): the tape index of the last
-     * dispatch where it is a producer that can signal and alone in its
-     * level (-1 otherwise); the signal words this tape counts into (their
-     * block, byte offset and count so far), zeroed when the command buffer
-     * starts; the next dispatch's barrier skipped */
+     * dispatch where it is a producer alone in its level (-1 otherwise),
+     * its workgroups that count themselves in and the push constant word
+     * that names its signal word; the counts into the signal words of the
+     * column scratch and the attention scratch so far (words this tape
+     * uses, zeroed when the command buffer starts: sig_used); the next
+     * dispatch's barrier skipped */
     int sig_rec;
-    uint32_t sig_n, sig_pc; /* its workgroups that count themselves in; its push constant word that names the signal word */
-    int n_sync;
-    struct {
-        vk_block *blk; /* the scratch, and the column in it, its length */
-        VkDeviceSize off;
-        uint32_t eoff;
-        int64_t K;
-        uint32_t word, count; /* the signal word (in the scratch's binding), counted to so far */
-    } sync[VK_MAX_SYNC];
+    uint32_t sig_n, sig_pc;
+    uint32_t sig_count[2];
+    bool sig_used[2];
     bool nobar;
     int64_t q_ne[TSL_MAX_DIMS];
     size_t q_nb[TSL_MAX_DIMS];
@@ -1701,7 +1697,6 @@ static void vk_note_column(vk_slot *sl, const vk_exec *x, vk_bind at) {
     }
 }
 
-
 /* A product that waits for its producer instead of a barrier. The level
  * before a one-column product is usually one small kernel (a norm on one
  * workgroup, the decode attention, swiglu) that makes the product's
@@ -1717,9 +1712,9 @@ static void vk_note_column(vk_slot *sl, const vk_exec *x, vk_bind at) {
  * writes nothing before it; the column is read from L2 (no first-level
  * cache line of it exists on any SM before the wait, the barrier before the
  * producer having invalidated them). The signal words lie past the
- * scratches' bytes (VK_SYNC_BYTES), one per column place and length, zeroed
- * when the command buffer starts; a producer's count into it accumulates
- * over the command buffer, so the product waits for the running total.
+ * scratches' bytes (VK_SYNC_BYTES), one a scratch, zeroed when the command
+ * buffer starts; the producers' counts into one accumulate over the command
+ * buffer, so the product waits for the running total.
  * vk_note_signal marks the last dispatch as a producer (n workgroups will
  * count themselves in; its push constant word pc_word names the signal
  * word, 0 until a product waits on it). */
@@ -1730,44 +1725,28 @@ static void vk_note_signal(vk_slot *sl, uint32_t n, uint32_t pc_word) {
     sl->sig_pc = pc_word;
 }
 
-static void vk_wait_edge(vk_backend *be, vk_slot *sl, const vk_exec *x, uint32_t *pc) {
+static void vk_wait_edge(vk_backend *be, vk_slot *sl, vk_exec *x) {
     if (!be->wait || sl->sig_rec < 0 || sl->sig_rec != sl->n_tape - 1) return;
     const vk_mm_info *v = vk_mm_info_of(x->kernel);
     if (!v || (v->family != VK_MM_VECQ && v->family != VK_MM_VECQR)) return;
     const vk_bind *c = &x->b[2];
-    VkDeviceSize area;
-    if (be->qscr && c->blk == be->qscr->blk && c->off == be->qscr->off) area = VK_QSCR_SLOT;
-    else if (be->ascr && c->blk == be->ascr->blk && c->off == be->ascr->off) area = VK_ASCR_SIZE;
-    else return;
-    if (c->range < area + VK_SYNC_BYTES) return;
-    const int64_t K = x->node->src[0]->ne[0];
+    const vk_buf *scr[2] = {be->qscr, be->ascr};
+    const VkDeviceSize area[2] = {VK_QSCR_SLOT, VK_ASCR_SIZE};
     int k = 0;
-    while (k < sl->n_sync && !(sl->sync[k].blk == c->blk && sl->sync[k].off == c->off && sl->sync[k].eoff == c->eoff &&
-                               sl->sync[k].K == K))
-        k++;
-    if (k == sl->n_sync) {
-        if (k == VK_MAX_SYNC) return;
-        sl->sync[k].blk = c->blk;
-        sl->sync[k].off = c->off;
-        sl->sync[k].eoff = c->eoff;
-        sl->sync[k].K = K;
-        sl->sync[k].word = (uint32_t)(area / 4) + (uint32_t)k;
-        sl->sync[k].count = 0;
-        sl->n_sync++;
-    }
-    vk_rec *pr = &sl->tape[sl->sig_rec];
-    if (pr->pc[sl->sig_pc] == 0) { /* the producer counts itself in once */
-        pr->pc[sl->sig_pc] = sl->sync[k].word;
-        sl->sync[k].count += sl->sig_n;
-    }
-    if (pr->pc[sl->sig_pc] != sl->sync[k].word) return;
-    pc[1] = sl->sync[k].count + be->wait_skew; /* the count to wait for, in the column count's word */
+    while (k < 2 && !(scr[k] && c->blk == scr[k]->blk && c->off == scr[k]->off)) k++;
+    if (k == 2 || c->range < area[k] + VK_SYNC_BYTES) return;
+    /* one word a scratch: every producer before this one in the command
+     * buffer is done (a barrier after each), so the running total of their
+     * counts is what this product waits for */
+    const uint32_t word = (uint32_t)(area[k] / 4);
+    sl->tape[sl->sig_rec].pc[sl->sig_pc] = word;
+    sl->sig_count[k] += sl->sig_n;
+    sl->sig_used[k] = true;
+    x->wait_n = sl->sig_count[k] + be->wait_skew;
+    x->wait_word = word;
     be->wait_skew = 0;
-    pc[17] = sl->sync[k].word; /* the signal word, in the activations' offset (unread) */
-    pc[19] |= 256u;            /* flags: wait */
     sl->nobar = true;
 }
-
 
 /* Source j (0 the weights, 1 the activations) of converting product x
  * copied to F16, dense, into scratch binding to, by kernel pipe
@@ -1802,7 +1781,7 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
             vk_note_column(sl, x, at);
             sl->zero_cnt = true;
             /* the last range of each (head, column) counts itself in */
-            if (be->wait & 4) vk_note_signal(sl, pc[3] * pc[5], 30);
+            if (be->wait & 4) vk_note_signal(sl, pc[3] * pc[5], VK_PC_ATTN1_SIGNAL);
         }
         return r;
     }
@@ -1856,9 +1835,9 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
         uint32_t pcsize = vk_op_params(d, x, pc, grid);
         VkResult r = vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
         if (r == VK_SUCCESS && x->qout && x->kernel == VK_K_RMS_NORM_MUL_F32 && (be->wait & 1))
-            vk_note_signal(sl, grid[0] * grid[1] * grid[2], 19);
+            vk_note_signal(sl, grid[0] * grid[1] * grid[2], VK_PC_RMS_SIGNAL);
         if (r == VK_SUCCESS && x->qout && x->kernel == VK_K_SWIGLU_Q_F32 && (be->wait & 2))
-            vk_note_signal(sl, grid[0] * grid[1] * grid[2], 26);
+            vk_note_signal(sl, grid[0] * grid[1] * grid[2], VK_PC_SWIGLU_SIGNAL);
         if (r == VK_SUCCESS && x->qout) {
             /* the scratch holds this node's row quantized now */
             sl->q_valid = true;
@@ -1903,8 +1882,8 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
         memcpy(sl->q_nb, b->nb, sizeof sl->q_nb);
     }
     x2.b[2] = sl->q_at; /* where the column is now (the quantizer's, or the kernel's that made it) */
+    if (have) vk_wait_edge(be, sl, &x2);
     uint32_t pcsize = vk_op_params(d, &x2, pc, grid);
-    if (have) vk_wait_edge(be, sl, &x2, pc);
     VkResult r = vk_encode_dispatch(be, sl, &x2, x->pipe, pc, pcsize, grid);
     if (r == VK_SUCCESS && x->nq_y) {
         /* it made the next norm's column (VECQN): the products after it
@@ -1940,7 +1919,8 @@ static void vk_encode_slot(vk_backend *be, int s) {
     sl->h_valid = false;
     sl->zero_cnt = false;
     sl->sig_rec = -1;
-    sl->n_sync = 0;
+    memset(sl->sig_count, 0, sizeof sl->sig_count);
+    memset(sl->sig_used, 0, sizeof sl->sig_used);
     sl->nobar = false;
     sl->n_tape = 0;
     sl->reused = false;
@@ -2002,8 +1982,10 @@ static void vk_encode_slot(vk_backend *be, int s) {
             vkCmdFillBuffer(sl->cb, be->ascr->blk->buf, be->ascr->off + (VkDeviceSize)VK_ASCR_CNT_WORD * 4u,
                             VK_ASCR_CNT_BYTES, 0);
         /* the signal words the waits count on start at 0 too */
-        for (int k = 0; k < sl->n_sync; k++)
-            vkCmdFillBuffer(sl->cb, sl->sync[k].blk->buf, sl->sync[k].off + (VkDeviceSize)sl->sync[k].word * 4u, 4, 0);
+        const vk_buf *scr[2] = {be->qscr, be->ascr};
+        const VkDeviceSize area[2] = {VK_QSCR_SLOT, VK_ASCR_SIZE};
+        for (int k = 0; k < 2; k++)
+            if (sl->sig_used[k] && scr[k]) vkCmdFillBuffer(sl->cb, scr[k]->blk->buf, scr[k]->off + area[k], 4, 0);
         /* after everything before it on the queue: earlier command buffers
          * of this graph, uploads, earlier graphs */
         vk_barrier(sl->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,

@@ -404,6 +404,10 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         }
         *p++ = flags;
         *p++ = x->kernel == VK_K_SWIGLU_Q_F32 ? x->b[2].eoff : 0u; /* the quantized column's first word */
+        if (x->kernel == VK_K_SWIGLU_Q_F32) {
+            p = pc + VK_PC_SWIGLU_SIGNAL;
+            *p++ = 0u; /* the signal word, named once a product waits on the column */
+        }
         vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
         break;
     }
@@ -467,6 +471,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = f2u(op_get_f32(x->fused, 0));
         *p++ = x->qout ? 1u : 0u;
         *p++ = x->qout ? x->b[2].eoff : 0u;
+        p = pc + VK_PC_RMS_SIGNAL;
+        *p++ = 0u; /* the signal word, named once a product waits on the row */
         vk_grid(d, (uint64_t)tsl_nrows(xt), grid);
         break;
     }
@@ -530,6 +536,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
             *p++ = x->b[3].eoff;
             for (int i = 0; i < 3; i++) *p++ = vk_u32((int64_t)(n->nb[i] / 4));
             *p++ = x->noout ? 1u : 0u;
+            p = pc + VK_PC_ATTN1_SIGNAL;
+            *p++ = 0u; /* the signal word, named once a product waits on the column */
         }
         vk_grid(d, (uint64_t)(H * N) * nsplit, grid);
         break;

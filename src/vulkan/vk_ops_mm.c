@@ -460,6 +460,7 @@ enum {
     VK_MM_A_U4 = 32,
     VK_MM_RES = 64,
     VK_MM_ROPE_NEOX = 128, /* mul_mat_vecq.comp's R_NEOX */
+    VK_MM_WAIT = 256,      /* mul_mat_vecq.comp's MV_WAIT */
 };
 
 /* The widest unit (16, 8 or 4 bytes) that every weight row of a block-type
@@ -562,6 +563,14 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
          * weight (binding 6) */
         *p++ = x->bx.eoff;
         *p++ = x->by.eoff;
+    }
+    if (x->wait_n) {
+        /* waiting on the kernel that makes its column (vk_wait_edge): the
+         * count in the column count's word and the signal word in the
+         * activations' offset (one column, integer dot: neither read) */
+        pc[1] = x->wait_n;
+        pc[17] = x->wait_word;
+        *flags_at |= VK_MM_WAIT;
     }
     if (x->nscale) {
         /* its column is a norm's, unscaled (an _ns kernel): the norm's eps

@@ -467,9 +467,8 @@ static void test_attention_one(void) {
 }
 
 /* Decode tokens STEPS on ctx c (after the prompt), keeping their logits in
- * l (STEPS x nv) and the dispatches they took in *disp; false on a failed
- * decode. */
-/* ... and, where bar is not NULL, the tokens' barriers there */
+ * l (STEPS x nv), the dispatches they took in *disp and, where bar is not
+ * NULL, their barriers in *bar; false on a failed decode. */
 static bool decode_steps(tsl_backend *vk, tsl_llm_ctx *c, int steps, int nv, float *l, uint64_t *disp, uint64_t *bar) {
     tsl_error err;
     tsl_vulkan_stats s0, s1;

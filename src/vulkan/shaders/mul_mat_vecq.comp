@@ -393,12 +393,12 @@ float norm_scale(uint nb, uint z, uint lane) {
 
 /* flags 256: the kernel was dispatched beside the producer of its column
  * with no barrier between (vk_backend.c, vk_wait_edge); it waits until the
- * producer's signal word (after the column and a norm's sums) counts pc.N,
- * then reads the column coherently. Bounded: a producer that never signals
- * fails the compute instead of hanging it. */
+ * producer's signal word (pc.ob) counts pc.N, then reads the column (the
+ * staged copy coherently). Bounded: a producer that never signals fails
+ * the compute instead of hanging it. */
 #define MV_WAIT 256u
 #define MV_WAIT_POLLS (1u << 21) /* ~1-2 s of polling on the H200 */
-shared uint wait_ok;
+shared uint wait_zero;
 /* Returns 0 once the producer is done, read from shared memory after the
  * workgroup's barrier: the column's address is offset by it, so no load of
  * the column can be moved above the wait. A wait past its bound claims the
@@ -418,11 +418,11 @@ uint wait_producer() {
             tsl_status_words[2] = seen;
             tsl_status_words[3] = pc.N;
         }
-        wait_ok = 0u;
+        wait_zero = 0u;
     }
     barrier();
     memoryBarrierBuffer();
-    return wait_ok;
+    return wait_zero;
 }
 
 /* The quantized column into shared memory: 16-byte copies */
