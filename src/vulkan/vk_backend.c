@@ -1728,7 +1728,11 @@ static void vk_note_signal(vk_slot *sl, uint32_t n, uint32_t pc_word) {
 static void vk_wait_edge(vk_backend *be, vk_slot *sl, vk_exec *x) {
     if (!be->wait || sl->sig_rec < 0 || sl->sig_rec != sl->n_tape - 1) return;
     const vk_mm_info *v = vk_mm_info_of(x->kernel);
-    if (!v || (v->family != VK_MM_VECQ && v->family != VK_MM_VECQR)) return;
+    /* the default integer-dot kernels, the q/k/v one with its ropes, and
+     * the products that make the next norm's column (VECQN: they read the
+     * attention's or swiglu's column as the default ones do); not the _ns
+     * kernels, whose word 17 holds the norm's eps, nor the staged ones */
+    if (!v || (v->family != VK_MM_VECQ && v->family != VK_MM_VECQR && v->family != VK_MM_VECQN)) return;
     const vk_bind *c = &x->b[2];
     const vk_buf *scr[2] = {be->qscr, be->ascr};
     const VkDeviceSize area[2] = {VK_QSCR_SLOT, VK_ASCR_SIZE};

@@ -825,8 +825,11 @@ static void wait_past_bound(tsl_model *m, tsl_backend *vk, int mask, int steps, 
  * gives) fails its compute with RETRY naming the node and the kernel, turns
  * the waits off on that backend, and the decode goes on with barriers and
  * the same logits; a device loss mid-decode recovers with the waits on.
- * Norms apart from the products (TSL_VULKAN_FUSE_NORM=0): fused into them,
- * a short row's norms leave no norm level to wait on. */
+ * First with the norms apart from the products (TSL_VULKAN_FUSE_NORM=0);
+ * then with a short row's norms in the products around them (the
+ * default), where the products that make the next norm's column wait on
+ * the attention and on swiglu: two barriers a layer and the first layer's
+ * attention norm's fewer, the same logits bit for bit, and the CPU's. */
 static void test_wait_edges(void) {
     enum { STEPS = 4 };
     const char *path[2] = {tpath("wait_llama.gguf"), tpath("wait_qwen2.gguf")};
@@ -836,7 +839,7 @@ static void test_wait_edges(void) {
     const bool opened =
         arch_pair_open(&p, path, arch, (synth_shape){"wait", TSL_ARCH_LLAMA, 512, 512, 128, 2, 256, 4, 2, 32, 10000.0f, 1e-5f, false},
                        23, STEPS, 0);
-    tsl_backend *off = opened ? vk_new() : NULL;
+    tsl_backend *off = opened ? vk_new() : NULL, *fon = NULL, *foff = NULL;
     unsetenv("TSL_VULKAN_FUSE_NORM");
     float *l = malloc((size_t)STEPS * (size_t)p.nv * sizeof(float)), *lw = malloc((size_t)STEPS * (size_t)p.nv * sizeof(float));
     if (!opened || !off || !l || !lw) {
@@ -865,10 +868,41 @@ static void test_wait_edges(void) {
         CHECK(vk_test_wait(p.vk, -1, 0) == mask);
         if (on && k == 0) wait_past_bound(p.m[k], p.vk, mask, STEPS, p.nv, l);
     }
+    /* the norms in the products (the default for rows of 128) */
+    fon = vk_new();
+    foff = vk_new();
+    if (!fon || !foff) {
+        CHECK(fon && foff);
+        goto out;
+    }
+    CHECK(vk_test_wait(foff, 0, 0) == mask);
+    for (int k = 0; k < 2; k++) {
+        const int L = tsl_model_get_info(p.m[k])->n_layer;
+        uint64_t bw = 0, bo = 0, ba = 0;
+        if (!decode_barriers(p.m[k], off, STEPS, p.nv, l, &ba) || !decode_barriers(p.m[k], fon, STEPS, p.nv, lw, &bw) ||
+            !decode_barriers(p.m[k], foff, STEPS, p.nv, l, &bo))
+            continue;
+        /* fused: the 2 L + 1 norms' levels but the first attention norm's
+         * fewer than apart (both without waits) */
+        CHECKF(ba == bo + 2u * (uint64_t)L * STEPS, "arch %d: %llu barriers with the norms fused, %llu apart", k,
+               (unsigned long long)bo, (unsigned long long)ba);
+        const uint64_t want = on ? (2u * (uint64_t)L + 1u) * STEPS : 0;
+        CHECKF(bo == bw + want, "arch %d, norms fused: %llu barriers with the waits, %llu without (%llu fewer expected)",
+               k, (unsigned long long)bw, (unsigned long long)bo, (unsigned long long)want);
+        for (int i = 0; i < STEPS; i++) {
+            const double d = rel_diff(lw + (size_t)i * p.nv, l + (size_t)i * p.nv, p.nv);
+            CHECKF(d == 0, "arch %d, token %d, norms fused: logits with the waits differ from those without by %.3g", k,
+                   i, d);
+        }
+        cpu_agrees(p.m[k], p.cpu, STEPS, lw, p.nv);
+        lost_mid_decode(p.m[k], fon, 2, STEPS, lw, p.nv);
+    }
 out:
     free(l);
     free(lw);
     tsl_backend_free(off);
+    tsl_backend_free(fon);
+    tsl_backend_free(foff);
     arch_pair_close(&p);
 }
 
