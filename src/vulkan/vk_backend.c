@@ -1731,7 +1731,7 @@ static void vk_wait_edge(vk_backend *be, vk_slot *sl, vk_exec *x) {
     /* the default integer-dot kernels, the q/k/v one with its ropes, and
      * the products that make the next norm's column (VECQN: they read the
      * attention's or swiglu's column as the default ones do); not the _ns
-     * kernels, whose word 17 holds the norm's eps, nor the staged ones */
+     * kernels, whose word 17 holds the norm's eps */
     if (!v || (v->family != VK_MM_VECQ && v->family != VK_MM_VECQR && v->family != VK_MM_VECQN)) return;
     const vk_bind *c = &x->b[2];
     const vk_buf *scr[2] = {be->qscr, be->ascr};

@@ -778,9 +778,13 @@ static bool decode_barriers(tsl_model *m, tsl_backend *vk, int steps, int nv, fl
     return ok;
 }
 
+#define STEPS_WAIT 4 /* test_wait_edges: decode steps a comparison takes */
+
 /* test_wait_edges: a wait past its bound on vk (waits on, `mask`), for
- * m's decode whose logits without waits are l */
-static void wait_past_bound(tsl_model *m, tsl_backend *vk, int mask, int steps, int nv, const float *l) {
+ * m's decode whose logits without waits are l; the record names a kernel
+ * whose name holds `kernel` */
+static void wait_past_bound(tsl_model *m, tsl_backend *vk, int mask, int steps, int nv, const float *l,
+                            const char *kernel) {
     /* a wait past its bound: one attempt, so the RETRY comes back */
     tsl_llm_params lp = tsl_llm_default_params();
     lp.backend = vk;
@@ -798,7 +802,7 @@ static void wait_past_bound(tsl_model *m, tsl_backend *vk, int mask, int steps, 
     CHECKF(st == TSL_RETRY, "a wait past its bound: %s (%s)", tsl_status_str(st), err.message);
     CHECK_STR_CONTAINS(err.message, "waited past its bound");
     CHECK_STR_CONTAINS(err.message, "waits are off");
-    CHECK(err.node >= 0 && strstr(err.kernel, "mul_mat_vecq") != NULL);
+    CHECKF(err.node >= 0 && strstr(err.kernel, kernel) != NULL, "the record names kernel %s, not %s", err.kernel, kernel);
     printf("  past its bound: %s: %s\n", tsl_status_str(st), err.message);
     CHECK(vk_test_wait(vk, -1, 0) == 0);
     /* nothing moved: the same token again, with barriers, then the
@@ -812,6 +816,24 @@ static void wait_past_bound(tsl_model *m, tsl_backend *vk, int mask, int steps, 
     CHECK(s1.barriers - s0.barriers > 0);
     tsl_llm_ctx_free(c);
     vk_test_wait(vk, mask, 0);
+}
+
+/* test_wait_edges: m's decode on `with` (waits on) takes `fewer` barriers
+ * fewer than on `without` (waits off), with the same logits bit for bit
+ * (left in lw and l), the CPU's, and a device loss mid-decode recovers. */
+static void wait_compare(tsl_model *m, const arch_pair *p, tsl_backend *with, tsl_backend *without, uint64_t fewer,
+                         const char *what, float *lw, float *l) {
+    uint64_t bw = 0, bo = 0;
+    if (!decode_barriers(m, with, STEPS_WAIT, p->nv, lw, &bw) || !decode_barriers(m, without, STEPS_WAIT, p->nv, l, &bo))
+        return;
+    CHECKF(bo == bw + fewer, "%s: %llu barriers with the waits, %llu without (%llu fewer expected)", what,
+           (unsigned long long)bw, (unsigned long long)bo, (unsigned long long)fewer);
+    for (int i = 0; i < STEPS_WAIT; i++) {
+        const double d = rel_diff(lw + (size_t)i * p->nv, l + (size_t)i * p->nv, p->nv);
+        CHECKF(d == 0, "%s, token %d: logits with the waits differ from those without by %.3g", what, i, d);
+    }
+    cpu_agrees(m, p->cpu, STEPS_WAIT, lw, p->nv);
+    lost_mid_decode(m, with, 2, STEPS_WAIT, lw, p->nv);
 }
 
 /* A one-column product dispatched beside the one kernel of the level
@@ -831,7 +853,7 @@ static void wait_past_bound(tsl_model *m, tsl_backend *vk, int mask, int steps, 
  * the attention and on swiglu: two barriers a layer and the first layer's
  * attention norm's fewer, the same logits bit for bit, and the CPU's. */
 static void test_wait_edges(void) {
-    enum { STEPS = 4 };
+    enum { STEPS = STEPS_WAIT };
     const char *path[2] = {tpath("wait_llama.gguf"), tpath("wait_qwen2.gguf")};
     const tsl_llm_arch arch[2] = {TSL_ARCH_LLAMA, TSL_ARCH_QWEN2};
     setenv("TSL_VULKAN_FUSE_NORM", "0", 1);
@@ -854,19 +876,11 @@ static void test_wait_edges(void) {
     CHECK(vk_test_wait(off, 0, 0) == mask);
     for (int k = 0; k < 2; k++) {
         const int L = tsl_model_get_info(p.m[k])->n_layer;
-        uint64_t bw = 0, bo = 0;
-        if (!decode_barriers(p.m[k], p.vk, STEPS, p.nv, lw, &bw) || !decode_barriers(p.m[k], off, STEPS, p.nv, l, &bo)) continue;
-        const uint64_t want = on ? (4u * (uint64_t)L + 1u) * STEPS : 0;
-        CHECKF(bo == bw + want, "arch %d: %llu barriers with the waits, %llu without (%llu fewer expected)", k,
-               (unsigned long long)bw, (unsigned long long)bo, (unsigned long long)want);
-        for (int i = 0; i < STEPS; i++) {
-            const double d = rel_diff(lw + (size_t)i * p.nv, l + (size_t)i * p.nv, p.nv);
-            CHECKF(d == 0, "arch %d, token %d: logits with the waits differ from those without by %.3g", k, i, d);
-        }
-        cpu_agrees(p.m[k], p.cpu, STEPS, lw, p.nv);
-        lost_mid_decode(p.m[k], p.vk, 2, STEPS, lw, p.nv);
+        char what[32];
+        snprintf(what, sizeof what, "arch %d", k);
+        wait_compare(p.m[k], &p, p.vk, off, on ? (4u * (uint64_t)L + 1u) * STEPS : 0, what, lw, l);
         CHECK(vk_test_wait(p.vk, -1, 0) == mask);
-        if (on && k == 0) wait_past_bound(p.m[k], p.vk, mask, STEPS, p.nv, l);
+        if (on && k == 0) wait_past_bound(p.m[k], p.vk, mask, STEPS, p.nv, l, "mul_mat_vecq");
     }
     /* the norms in the products (the default for rows of 128) */
     fon = vk_new();
@@ -878,25 +892,26 @@ static void test_wait_edges(void) {
     CHECK(vk_test_wait(foff, 0, 0) == mask);
     for (int k = 0; k < 2; k++) {
         const int L = tsl_model_get_info(p.m[k])->n_layer;
-        uint64_t bw = 0, bo = 0, ba = 0;
-        if (!decode_barriers(p.m[k], off, STEPS, p.nv, l, &ba) || !decode_barriers(p.m[k], fon, STEPS, p.nv, lw, &bw) ||
-            !decode_barriers(p.m[k], foff, STEPS, p.nv, l, &bo))
+        uint64_t ba = 0, bo = 0;
+        if (!decode_barriers(p.m[k], off, STEPS, p.nv, l, &ba) || !decode_barriers(p.m[k], foff, STEPS, p.nv, l, &bo))
             continue;
         /* fused (the norms go only into integer-dot products): the 2 L + 1
          * norms' levels but the first attention norm's fewer than apart
          * (both without waits) */
-        CHECKF(ba == bo + (vi.integer_dot ? 2u * (uint64_t)L * STEPS : 0u), "arch %d: %llu barriers with the norms fused, %llu apart", k,
-               (unsigned long long)bo, (unsigned long long)ba);
-        const uint64_t want = on ? (2u * (uint64_t)L + 1u) * STEPS : 0;
-        CHECKF(bo == bw + want, "arch %d, norms fused: %llu barriers with the waits, %llu without (%llu fewer expected)",
-               k, (unsigned long long)bw, (unsigned long long)bo, (unsigned long long)want);
-        for (int i = 0; i < STEPS; i++) {
-            const double d = rel_diff(lw + (size_t)i * p.nv, l + (size_t)i * p.nv, p.nv);
-            CHECKF(d == 0, "arch %d, token %d, norms fused: logits with the waits differ from those without by %.3g", k,
-                   i, d);
+        CHECKF(ba == bo + (vi.integer_dot ? 2u * (uint64_t)L * STEPS : 0u),
+               "arch %d: %llu barriers with the norms fused, %llu apart", k, (unsigned long long)bo,
+               (unsigned long long)ba);
+        char what[48];
+        snprintf(what, sizeof what, "arch %d, norms fused", k);
+        wait_compare(p.m[k], &p, fon, foff, on ? (2u * (uint64_t)L + 1u) * STEPS : 0, what, lw, l);
+        if (on && k == 0) {
+            /* the first wait of a step on the attention's edge: the output
+             * projection that makes the next norm's column (an _nq kernel)
+             * runs past its bound */
+            CHECK(vk_test_wait(fon, 4 | 2, 0) == mask);
+            wait_past_bound(p.m[k], fon, 4 | 2, STEPS, p.nv, l, "_nq");
+            vk_test_wait(fon, mask, 0);
         }
-        cpu_agrees(p.m[k], p.cpu, STEPS, lw, p.nv);
-        lost_mid_decode(p.m[k], fon, 2, STEPS, lw, p.nv);
     }
 out:
     free(l);
