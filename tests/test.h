@@ -57,8 +57,11 @@ static const char *test_cur_name = "";
         }                                                                                    \
     } while (0)
 
+/* TSL_TEST_ONLY=name runs only the tests whose names contain it (for working
+ * on one; a run with it set says so in its summary) */
 #define RUN(fn)                                                                              \
     do {                                                                                     \
+        if (getenv("TSL_TEST_ONLY") && !strstr(#fn, getenv("TSL_TEST_ONLY"))) break;       \
         test_cur_name = #fn;                                                                 \
         test_cur_failed = 0;                                                                 \
         fn();                                                                                \
@@ -72,7 +75,8 @@ static const char *test_cur_name = "";
     } while (0)
 
 static inline int test_summary(void) {
-    printf("%d passed, %d failed\n", test_n_passed, test_n_failed);
+    printf("%d passed, %d failed%s\n", test_n_passed, test_n_failed,
+           getenv("TSL_TEST_ONLY") ? " (only the tests TSL_TEST_ONLY names)" : "");
     return test_n_failed ? 1 : 0;
 }
 

@@ -214,7 +214,7 @@ static double bm_vk_copy_gbs(bm_vkcopy *v, tsl_backend *be, int reps, bool *gpu,
 
 typedef struct bm_split {
     int tokens;
-    double wall_ms, build_ms, input_ms, compute_ms, output_ms, encode_ms, gpu_ms, resolve_ms, wait_ms, sched_ms;
+    double wall_ms, build_ms, input_ms, compute_ms, output_ms, encode_ms, gpu_ms, resolve_ms, wait_ms, sched_ms, sample_ms;
     double dispatches, barriers, submits, reused, splits, copies;
     bool gpu_timed;
 } bm_split;
@@ -256,19 +256,23 @@ static void bm_split_add(bm_split *a, const tsl_llm_ctx *c, const tsl_vulkan_sta
 
 static void bm_usage(FILE *f) {
     fprintf(f, "usage: tensile bench model -m FILE [--backend cpu|vulkan|auto] [--device N] [--threads T]\n"
-               "                           [--prompt N] [--gen N] [--copy-mib N] [--json]\n"
+               "                           [--prompt N] [--gen N] [--copy-mib N] [--greedy graph|host] [--json]\n"
                "  Prefill N (default 512) tokens in one graph, then decode --gen (default 128) tokens one at a\n"
                "  time; tokens/s for both, and decode's weight bytes read per second as a ratio to a copy\n"
                "  bandwidth measured in the same run (on a Vulkan device: the device's own copy, and each\n"
                "  decoded token split into host and GPU time, dispatches and barriers).\n"
                "  --copy-mib N   bytes the device's copy ceiling reads (and writes); default 1024, or an\n"
-               "                 eighth of the device's memory if less\n");
+               "                 eighth of the device's memory if less\n"
+               "  --greedy graph the next token is the argmax the graph computes (tsl_llm_decode_greedy;\n"
+               "                 only its id is read back); the default\n"
+               "  --greedy host  the logits are read back and the sampler (temp 0) picks, as a custom\n"
+               "                 sampling chain would\n");
 }
 
 int bench_model(int argc, char **argv) {
     const char *model = NULL, *backend = "auto";
     long long threads = 0, n_prompt = 512, n_gen = 128, device = -1, copy_mib = 0;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, host_greedy = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -284,6 +288,13 @@ int bench_model(int argc, char **argv) {
             return 2;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             model = argv[++i];
+        } else if (!strcmp(a, "--greedy")) {
+            if (strcmp(v, "graph") && strcmp(v, "host")) {
+                fprintf(stderr, "tensile bench model: --greedy wants 'graph' or 'host', got '%s'\n", v);
+                return 2;
+            }
+            host_greedy = !strcmp(v, "host");
+            i++;
         } else if (!strcmp(a, "--backend")) {
             backend = argv[++i];
         } else if (!strcmp(a, "--device")) {
@@ -424,16 +435,24 @@ int bench_model(int argc, char **argv) {
             tsl_vulkan_stats s0, s1;
             if (vk) tsl_backend_vulkan_stats(be, &s0);
             double tt = cli_now();
-            if (tsl_llm_decode(c, &id, 1, &err) != TSL_SUCCESS) {
+            int32_t next = -1;
+            if ((host_greedy ? tsl_llm_decode(c, &id, 1, &err) : tsl_llm_decode_greedy(c, &id, 1, &next, &err)) !=
+                TSL_SUCCESS) {
                 cli_error("bench model", &err);
                 goto done;
             }
+            const double wall_ms = (cli_now() - tt) * 1e3;
             if (vk) {
-                double wall_ms = (cli_now() - tt) * 1e3;
                 tsl_backend_vulkan_stats(be, &s1);
                 bm_split_add(&sp, c, &s0, &s1, wall_ms);
             }
-            id = tsl_sampler_sample(smp, tsl_llm_logits(c, -1), in->n_vocab);
+            tt = cli_now();
+            id = host_greedy ? tsl_sampler_sample(smp, tsl_llm_logits(c, -1), in->n_vocab) : next;
+            sp.sample_ms += (cli_now() - tt) * 1e3;
+            if (id < 0) {
+                fprintf(stderr, "tensile bench model: no token could be chosen from the logits (none above -inf)\n");
+                goto done;
+            }
         }
         const double dt = cli_now() - ts;
         t_decode += dt;
@@ -478,10 +497,12 @@ int bench_model(int argc, char **argv) {
                    di.n_file_layout, (unsigned long long)di.bytes);
             printf(",\"copy_bytes\":%zu,\"per_token\":{\"wall_ms\":%.4f,\"host_ms\":%.4f,\"graph_ms\":%.4f,"
                    "\"inputs_ms\":%.4f,\"sched_ms\":%.4f,\"resolve_ms\":%.4f,\"encode_submit_ms\":%.4f,\"compute_ms\":%.4f,"
-                   "\"logits_ms\":%.4f,\"gpu_ms\":%.4f,\"wait_ms\":%.4f,\"gpu_timer\":\"%s\",\"dispatches\":%.1f,"
+                   "\"logits_ms\":%.4f,\"sample_ms\":%.4f,\"greedy\":\"%s\",\"gpu_ms\":%.4f,\"wait_ms\":%.4f,"
+                   "\"gpu_timer\":\"%s\",\"dispatches\":%.1f,"
                    "\"barriers\":%.1f,\"submits\":%.2f,\"reused\":%.2f,\"splits\":%.2f,\"copies\":%.2f}",
                    2 * vcopy.bytes, sp.wall_ms / nt, host_ms, sp.build_ms / nt, sp.input_ms / nt, sp.sched_ms / nt, sp.resolve_ms / nt,
-                   sp.encode_ms / nt, sp.compute_ms / nt, sp.output_ms / nt, sp.gpu_ms / nt, sp.wait_ms / nt,
+                   sp.encode_ms / nt, sp.compute_ms / nt, sp.output_ms / nt, sp.sample_ms / nt,
+                   host_greedy ? "host" : "graph", sp.gpu_ms / nt, sp.wait_ms / nt,
                    sp.gpu_timed ? "timestamps" : "compute wall less encode+submit", sp.dispatches / nt,
                    sp.barriers / nt, sp.submits / nt, sp.reused / nt, sp.splits / nt, sp.copies / nt);
         }
@@ -504,11 +525,13 @@ int bench_model(int argc, char **argv) {
                    gbs, copy_gbs, (2 * vcopy.bytes) >> 20, copy_gpu ? "GPU" : "wall", 100.0 * ratio_med, rounds,
                    100.0 * ratio_min, 100.0 * ratio_max);
             printf("decode per token: %.3f ms wall; host %.3f ms (graph %.3f, inputs %.3f, scheduling %.3f, resolve %.3f, "
-                   "encode+submit %.3f); GPU %.3f ms (%s); waiting %.3f ms (submission, GPU start, wake-up); logits read %.3f ms\n",
+                   "encode+submit %.3f); GPU %.3f ms (%s); waiting %.3f ms (submission, GPU start, wake-up); %s read "
+                   "%.3f ms; sampling %.3f ms (%s)\n",
                    sp.wall_ms / nt, host_ms, sp.build_ms / nt, sp.input_ms / nt, sp.sched_ms / nt, sp.resolve_ms / nt,
                    sp.encode_ms / nt,
                    sp.gpu_ms / nt, sp.gpu_timed ? "timestamps" : "estimate: compute wall less resolve and encode+submit",
-                   sp.wait_ms / nt, sp.output_ms / nt);
+                   sp.wait_ms / nt, host_greedy ? "logits" : "argmax", sp.output_ms / nt, sp.sample_ms / nt,
+                   host_greedy ? "greedy on the host: --greedy host" : "the graph's argmax");
             printf("decode per token: %.0f dispatches, %.0f barriers, %.1f submits (%.1f reused as recorded), %.1f "
                    "split(s), %.1f copies\n",
                    sp.dispatches / nt, sp.barriers / nt, sp.submits / nt, sp.reused / nt, sp.splits / nt,

@@ -224,9 +224,12 @@ static void run_json(const run_opts *o, const tsl_model *m, const tsl_backend *b
 #define RUN_MAX_RECOVERIES 3
 
 /* Decode, recovering the device when it is lost (see the top of the file). */
-static tsl_status run_decode(tsl_llm_ctx *c, const int32_t *toks, int32_t n, int *recoveries, tsl_error *err) {
+/* Decode toks; with next, the graph also picks the greedy next token (only
+ * its id comes back from a device, not the logits). */
+static tsl_status run_decode(tsl_llm_ctx *c, const int32_t *toks, int32_t n, int32_t *next, int *recoveries,
+                             tsl_error *err) {
     for (;;) {
-        tsl_status s = tsl_llm_decode(c, toks, n, err);
+        tsl_status s = next ? tsl_llm_decode_greedy(c, toks, n, next, err) : tsl_llm_decode(c, toks, n, err);
         if (s != TSL_DEVICE_LOST || *recoveries >= RUN_MAX_RECOVERIES) return s;
         (*recoveries)++;
         cli_error("run", err);
@@ -299,7 +302,10 @@ int cmd_run(int argc, char **argv) {
     const char *stop = "length";
     double t0 = cli_now();
     int recoveries = 0;
-    if (run_decode(c, prompt, np, &recoveries, &err) != TSL_SUCCESS) {
+    /* greedy without a penalty: the graph's argmax is the sampler's choice */
+    const bool greedy = o.sp.temp <= 0.0f && (o.sp.repeat_penalty == 1.0f || o.sp.repeat_last_n == 0);
+    int32_t next = -1;
+    if (run_decode(c, prompt, np, greedy ? &next : NULL, &recoveries, &err) != TSL_SUCCESS) {
         cli_error("run", &err);
         goto done;
     }
@@ -307,7 +313,7 @@ int cmd_run(int argc, char **argv) {
     int32_t ng = 0;
     char piece[256];
     while (ng < o.n_predict) {
-        int32_t id = tsl_sampler_sample(smp, tsl_llm_logits(c, -1), n_vocab);
+        int32_t id = greedy ? next : tsl_sampler_sample(smp, tsl_llm_logits(c, -1), n_vocab);
         if (id < 0) {
             fprintf(stderr, "tensile run: no token could be sampled (every logit is -inf or NaN)\n");
             goto done;
@@ -340,7 +346,7 @@ int cmd_run(int argc, char **argv) {
             stop = "ctx";
             break;
         }
-        if (run_decode(c, &id, 1, &recoveries, &err) != TSL_SUCCESS) {
+        if (run_decode(c, &id, 1, greedy ? &next : NULL, &recoveries, &err) != TSL_SUCCESS) {
             if (!o.json) run_text_flush(&text, true), fputc('\n', stdout), fflush(stdout);
             cli_error("run", &err);
             goto done;

@@ -435,6 +435,17 @@ void tsl_llm_ctx_free(tsl_llm_ctx *c);
  * result is the one a fault-free run gives. */
 tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_error *err);
 
+/* tsl_llm_decode, then the greedy choice for the next token: *next = the id
+ * of the last token's largest logit (the first of equal ones; NaN never
+ * chosen), what tsl_sampler_sample gives with temp <= 0 and no repetition
+ * penalty. The choice is made where the logits are (an ARGMAX node in the
+ * graph), and on a GPU only its id comes back: no n_vocab floats to read
+ * and scan a token. So the call keeps no logits (tsl_llm_logits gives
+ * NULL after it), whatever logits_all says. FAILED, with *next = -1, when
+ * next is NULL or no logit is above -inf (the sampler's -1); otherwise as
+ * tsl_llm_decode (a device loss is rebuilt from the history the same way). */
+tsl_status tsl_llm_decode_greedy(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, int32_t *next, tsl_error *err);
+
 /* Logits (n_vocab floats) of token i of the last successful decode call: -1
  * (or the last index) is its last token; other indices need logits_all.
  * NULL when there are none for i. Valid until the next decode, truncate,

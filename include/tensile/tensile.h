@@ -372,7 +372,8 @@ tsl_tensor *tsl_sum(tsl_context *ctx, tsl_tensor *a);
 /* Sum / mean of each row: [1, ne1, ne2, ne3]. */
 tsl_tensor *tsl_sum_rows(tsl_context *ctx, tsl_tensor *a);
 tsl_tensor *tsl_mean(tsl_context *ctx, tsl_tensor *a);
-/* Index of the largest element of each row of a 2-D a: I32 [ne1]. First wins ties. */
+/* Index of the largest element of each row of a 2-D a: I32 [ne1]. First wins
+ * ties; NaN and -inf never win (a row with nothing above -inf gives 0). */
 tsl_tensor *tsl_argmax(tsl_context *ctx, tsl_tensor *a);
 /* Rows of a (any float or quantized type, rows dense: a->nb[0] == block
  * size) picked by I32 indices:

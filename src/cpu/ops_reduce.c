@@ -77,8 +77,9 @@ static void red_rows(const cpu_params *p, tsl_tensor *dst, bool mean) {
 void cpu_op_sum_rows(const cpu_params *p, tsl_tensor *dst) { red_rows(p, dst, false); }
 void cpu_op_mean(const cpu_params *p, tsl_tensor *dst) { red_rows(p, dst, true); }
 
-/* Index of the largest element of each row; the first wins ties; NaN never
- * wins (a row of NaN gives 0). */
+/* Index of the largest element of each row; the first wins ties; NaN and
+ * -inf never win (a row with nothing above -inf gives 0): the sampler's
+ * greedy rule, so a graph's argmax is its choice. */
 void cpu_op_argmax(const cpu_params *p, tsl_tensor *dst) {
     const tsl_tensor *a = dst->src[0];
     const size_t s = a->nb[0];
@@ -88,14 +89,12 @@ void cpu_op_argmax(const cpu_params *p, tsl_tensor *dst) {
         const char *row = red_row(a, r);
         int64_t best = 0;
         float bv = -INFINITY;
-        bool found = false;
         for (int64_t i = 0; i < a->ne[0]; i++) {
             float v;
             memcpy(&v, row + (size_t)i * s, sizeof v);
-            if (v > bv || (!found && v == bv)) {
+            if (v > bv) {
                 bv = v;
                 best = i;
-                found = true;
             }
         }
         int32_t idx = (int32_t)best;

@@ -100,14 +100,14 @@ static tsl_rope_params arch_rope_params(const llm_hparams *hp) {
 }
 
 bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_context *ctx, int32_t n,
-                int32_t pos0, int32_t n_kv, bool all_logits, arch_graph *out) {
+                int32_t pos0, int32_t n_kv, bool all_logits, bool greedy, arch_graph *out) {
     const llm_hparams *hp = &m->hp;
     if (n < 1 || pos0 < 0 || n_kv < pos0 + n || n_kv > kv->n_ctx) {
         tsl_ctx_fail(ctx, "arch_build: %d tokens at position %d do not fit an attention span of %d (cache %d)",
                      (int)n, (int)pos0, (int)n_kv, (int)kv->n_ctx);
         return false;
     }
-    const int32_t n_out = all_logits ? n : 1;
+    const int32_t n_out = all_logits && !greedy ? n : 1;
     const int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
     const float kq_scale = 1.0f / sqrtf((float)hd);
     const tsl_rope_params rp = arch_rope_params(hp);
@@ -122,8 +122,9 @@ bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_
     out->pos->flags |= TSL_FLAG_INPUT;
     out->mask->flags |= TSL_FLAG_INPUT;
 
-    /* the copies into the cache, then the logits: the order the graph runs them */
-    const int n_outputs = 2 * hp->n_layer + 1;
+    /* the copies into the cache, then the logits (and their argmax): the
+     * order the graph runs them */
+    const int n_outputs = 2 * hp->n_layer + 1 + (greedy ? 1 : 0);
     tsl_tensor **outs = ctx_arena_alloc(ctx, (size_t)n_outputs * sizeof *outs, 0);
     if (!outs) return false;
 
@@ -203,7 +204,13 @@ bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_
     x = arch_norm(ctx, x, w->output_norm, hp->rms_eps, "output_norm", -1);
     out->logits = tsl_tensor_set_name(tsl_mul_mat(ctx, w->output, x), "output");
     if (!out->logits) return false;
-    outs[n_outputs - 1] = out->logits;
+    outs[2 * hp->n_layer] = out->logits;
+    out->best = NULL;
+    if (greedy) {
+        out->best = tsl_tensor_set_name(tsl_argmax(ctx, out->logits), "output_argmax");
+        if (!out->best) return false;
+        outs[n_outputs - 1] = out->best;
+    }
     out->store = outs;
     out->pos0 = pos0;
     out->g = tsl_graph_build(ctx, outs, n_outputs);

@@ -687,6 +687,7 @@ struct tsl_llm_ctx {
     tsl_context *dg_ctx;
     arch_graph dg;
     bool dg_all;
+    bool dg_greedy;      /* built with the logits' argmax, its logits not read back */
     uint64_t dg_in_gen;  /* in_gen when its inputs were placed */
     int dg_host_weights; /* its weight reads pointed at the mapping (llm_host_weights) */
     uint64_t in_gen;     /* bumped each time inbuf is allocated */
@@ -924,8 +925,8 @@ static tsl_status llm_sched_compute(tsl_llm_ctx *c, tsl_graph *g, tsl_error *err
  * metadata arena is calloc'd per graph: it is sized by what the last graph
  * used (a third of the bound arch_graph_mem gives), falling back to the
  * bound if that is ever short. */
-static tsl_status llm_graph_new(tsl_llm_ctx *c, int32_t n, int32_t pos0, int32_t n_kv, bool all, tsl_context **pctx,
-                                arch_graph *ag, tsl_error *err) {
+static tsl_status llm_graph_new(tsl_llm_ctx *c, int32_t n, int32_t pos0, int32_t n_kv, bool all, bool greedy,
+                                tsl_context **pctx, arch_graph *ag, tsl_error *err) {
     const tsl_model *m = c->m;
     const char *bn = tsl_backend_name(c->be), *bd = tsl_backend_device(c->be);
     const size_t bound = arch_graph_mem(m);
@@ -935,7 +936,7 @@ static tsl_status llm_graph_new(tsl_llm_ctx *c, int32_t n, int32_t pos0, int32_t
         if (!ctx)
             return error_set(err, TSL_ALLOC_FAILED, bn, bd, -1, NULL, NULL, "llm decode: out of memory for the graph");
         memset(ag, 0, sizeof *ag);
-        if (arch_build(m, c->w, c->kv, ctx, n, pos0, n_kv, all, ag)) {
+        if (arch_build(m, c->w, c->kv, ctx, n, pos0, n_kv, all, greedy, ag)) {
             size_t want = tsl_ctx_used(ctx) + tsl_ctx_used(ctx) / 4 + ((size_t)64 << 10);
             if (want > c->graph_mem) c->graph_mem = want;
             *pctx = ctx;
@@ -960,13 +961,15 @@ static void llm_drop_decode_graph(tsl_llm_ctx *c) {
 }
 
 /* One graph: tokens [pos0, pos0 + n), logits of the last token (or all) into
- * dst. A single token's graph is kept for the next token (arch_move: its
+ * dst; or, with best, only the id of the last token's largest logit into
+ * *best (the graph's argmax; its logits stay on the device). A single
+ * token's graph is kept for the next token (arch_move: its
  * activations placed again, a quantized cache's writes moved), as long as
  * its attention span, the logits
  * wanted and the input buffer stay the same: decoding builds a graph once
  * per LLM_KV_PAD positions, not per token. Any failure drops it. */
 static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, bool all,
-                                float *dst, tsl_error *err) {
+                                float *dst, int32_t *best, tsl_error *err) {
     const tsl_model *m = c->m;
     double t0 = llm_now();
     tsl_status s = TSL_SUCCESS;
@@ -977,7 +980,10 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
     tsl_context *ctx = NULL;
     arch_graph ag;
     const int hw_start = c->tm.n_host_weights;
-    const bool reuse = n == 1 && c->dg_ctx && c->dg.n_kv == n_kv && c->dg_all == all && c->dg_in_gen == c->in_gen;
+    const bool greedy = best != NULL;
+    if (greedy) all = false;
+    const bool reuse = n == 1 && c->dg_ctx && c->dg.n_kv == n_kv && c->dg_all == all && c->dg_greedy == greedy &&
+                       c->dg_in_gen == c->in_gen;
     if (reuse) {
         ctx = c->dg_ctx;
         arch_move(c->kv, &c->dg, pos0);
@@ -985,8 +991,9 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
         c->tm.n_host_weights += c->dg_host_weights;
     } else {
         if (n == 1) llm_drop_decode_graph(c);
-        if ((s = llm_graph_new(c, n, pos0, n_kv, all, &ctx, &ag, err)) != TSL_SUCCESS) return s;
-        ag.logits->flags |= TSL_FLAG_READBACK; /* read after every compute */
+        if ((s = llm_graph_new(c, n, pos0, n_kv, all, greedy, &ctx, &ag, err)) != TSL_SUCCESS) return s;
+        /* read after every compute: the logits, or only their argmax */
+        (greedy ? ag.best : ag.logits)->flags |= TSL_FLAG_READBACK;
         if (c->devw && !c->dev_only[n > 1]) llm_host_weights(c, ag.g);
         if ((s = tsl_buffer_place(c->inbuf, ag.tokens, 0, err)) != TSL_SUCCESS ||
             (s = tsl_buffer_place(c->inbuf, ag.pos, pos_off, err)) != TSL_SUCCESS ||
@@ -996,6 +1003,7 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
             c->dg_ctx = ctx;
             c->dg = ag;
             c->dg_all = all;
+            c->dg_greedy = greedy;
             c->dg_in_gen = c->in_gen;
         }
     }
@@ -1046,7 +1054,26 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
                          c->tm.n_kernel_retries == 0;
     if (s != TSL_SUCCESS) goto done;
     c->tm.act_buffer = ag.logits->buffer;
-    s = tsl_tensor_get(ag.logits, dst, 0, (size_t)ag.n_out * (size_t)m->hp.n_vocab * sizeof(float), err);
+    if (greedy) {
+        s = tsl_tensor_get(ag.best, best, 0, sizeof *best, err);
+        /* The argmax's rule is the sampler's: the first of equal largest
+         * logits, NaN and -inf never chosen; a row with nothing above -inf
+         * gives 0. Only then is the row's first logit read, to tell the
+         * two apart: the sampler finds no token there. */
+        float l0 = 0.0f;
+        if (s == TSL_SUCCESS && *best == 0 && (s = tsl_tensor_get(ag.logits, &l0, 0, sizeof l0, err)) == TSL_SUCCESS &&
+            !(l0 > -INFINITY))
+            s = error_set(err, TSL_FAILED, tsl_backend_name(c->be), tsl_backend_device(c->be), -1, ag.logits, NULL,
+                          "llm decode: the logits of the token at position %d have no value above -inf (NaN or "
+                          "-inf everywhere): no token can be chosen; the weights or the compute are broken",
+                          (int)(pos0 + n - 1));
+        if (s == TSL_SUCCESS && (*best < 0 || *best >= m->hp.n_vocab))
+            s = error_set(err, TSL_FAILED, tsl_backend_name(c->be), tsl_backend_device(c->be), -1, ag.best, NULL,
+                          "llm decode: the logits' argmax gave %d, outside the vocabulary (%d tokens)", (int)*best,
+                          (int)m->hp.n_vocab);
+    } else {
+        s = tsl_tensor_get(ag.logits, dst, 0, (size_t)ag.n_out * (size_t)m->hp.n_vocab * sizeof(float), err);
+    }
     c->tm.output_ms += (llm_now() - t4) * 1e3;
 done:
     if (ctx == c->dg_ctx) {
@@ -1059,7 +1086,7 @@ done:
 
 static tsl_status llm_rebuild(tsl_llm_ctx *c, tsl_error *err);
 
-tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_error *err) {
+static tsl_status llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, int32_t *best, tsl_error *err) {
     tsl_error_clear(err);
     if (!c) return error_set(err, TSL_FAILED, "", "", -1, NULL, NULL, "llm decode: no context");
     const char *bn = tsl_backend_name(c->be), *bd = tsl_backend_device(c->be);
@@ -1087,16 +1114,16 @@ tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_
         tsl_status s = llm_rebuild(c, err);
         if (s != TSL_SUCCESS) return s;
     }
-    const bool all = c->p.logits_all;
+    const bool all = c->p.logits_all && !best;
     const size_t n_out = all ? (size_t)n : 1;
-    if (!llm_grow((void **)&c->logits, &c->logits_cap, n_out * (size_t)nv, sizeof(float)))
+    if (!best && !llm_grow((void **)&c->logits, &c->logits_cap, n_out * (size_t)nv, sizeof(float)))
         return error_set(err, TSL_ALLOC_FAILED, bn, bd, -1, NULL, NULL,
                          "llm decode: out of memory for %zu x %d logits", n_out, (int)nv);
     const int32_t start = c->n_past;
     for (int32_t off = 0; off < n; off += c->p.n_batch) {
         const int32_t nb = n - off < c->p.n_batch ? n - off : c->p.n_batch;
-        float *dst = all ? c->logits + (size_t)off * (size_t)nv : c->logits;
-        tsl_status s = llm_run_batch(c, tokens + off, nb, c->n_past, all, dst, err);
+        float *dst = best ? NULL : all ? c->logits + (size_t)off * (size_t)nv : c->logits;
+        tsl_status s = llm_run_batch(c, tokens + off, nb, c->n_past, all, dst, best, err);
         if (s != TSL_SUCCESS) {
             c->n_past = start; /* the batch's cache entries are not counted */
             /* the device's memory (this cache) does not survive its loss */
@@ -1108,8 +1135,26 @@ tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_
         memset(c->hbatch + c->n_past + 1, 0, (size_t)(nb - 1));
         c->n_past += nb;
     }
-    c->n_logits = (int32_t)n_out;
+    c->n_logits = best ? 0 : (int32_t)n_out;
     return TSL_SUCCESS;
+}
+
+tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_error *err) {
+    return llm_decode(c, tokens, n, NULL, err);
+}
+
+tsl_status tsl_llm_decode_greedy(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, int32_t *next, tsl_error *err) {
+    if (!next) {
+        tsl_error_clear(err);
+        if (c) c->n_logits = 0;
+        return error_set(err, TSL_FAILED, c ? tsl_backend_name(c->be) : "", c ? tsl_backend_device(c->be) : "", -1,
+                         NULL, NULL, "llm decode_greedy: no place for the next token (next is NULL)");
+    }
+    *next = -1;
+    int32_t id = -1;
+    tsl_status s = llm_decode(c, tokens, n, &id, err);
+    if (s == TSL_SUCCESS) *next = id;
+    return s;
 }
 
 const float *tsl_llm_logits(const tsl_llm_ctx *c, int32_t i) {

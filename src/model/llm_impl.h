@@ -207,6 +207,7 @@ typedef struct arch_graph {
     tsl_tensor *pos;    /* I32 [n] input */
     tsl_tensor *mask;   /* F32 [n_kv, n] input: 0 or -inf */
     tsl_tensor *logits; /* F32 [n_vocab, n_out] output */
+    tsl_tensor *best;   /* I32 [1]: the logits' argmax, when built greedy (else NULL) */
     tsl_tensor **store; /* the cache writes: cpy_k, cpy_v of each layer (kv_store) */
     int32_t n_kv, n_out, pos0;
 } arch_graph;
@@ -217,10 +218,11 @@ size_t arch_graph_mem(const tsl_model *m);
  * (no_alloc), reading weights w (the model's or a device copy). Attention
  * spans the first n_kv cache positions (pos0 + n <= n_kv <= the cache's
  * size; positions past pos0 + n are masked out by the caller's mask). n_out
- * is 1 (the last token's logits) or n. Returns false with the ctx error set
- * when something does not fit. */
+ * is 1 (the last token's logits) or n. greedy adds the argmax of the last
+ * token's logits (out->best; n_out is then 1). Returns false with the ctx
+ * error set when something does not fit. */
 bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_context *ctx, int32_t n,
-                int32_t pos0, int32_t n_kv, bool all_logits, arch_graph *out);
+                int32_t pos0, int32_t n_kv, bool all_logits, bool greedy, arch_graph *out);
 /* Make graph ag (built for some position) the graph of the same number of
  * tokens at pos0, with the same attention span: only where its tokens'
  * keys and values are written changes (kv_store_move). */

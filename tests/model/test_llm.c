@@ -323,6 +323,104 @@ static void test_generation_deterministic(void) {
     tsl_model_free(m);
 }
 
+/* tsl_llm_decode_greedy: the graph's argmax is the sampler's greedy choice,
+ * token by token, over a prompt in several batches and single tokens; it
+ * keeps no logits; the logits come back with the next plain decode; a model
+ * whose logits are all NaN gets a clear error instead of a token. */
+static void greedy_tokens(tsl_llm_ctx *c, int nv, bool graph, int32_t *out, int n) {
+    tsl_sampler_params g = tsl_sampler_default_params();
+    g.temp = 0;
+    tsl_sampler *s = tsl_sampler_new(&g, NULL);
+    tsl_error err;
+    int32_t id = -1;
+    CHECK(s && (graph ? tsl_llm_decode_greedy(c, PROMPT, 11, &id, &err)
+                      : tsl_llm_decode(c, PROMPT, 11, &err)) == TSL_SUCCESS);
+    for (int i = 0; s && i < n; i++) {
+        if (!graph) id = tsl_sampler_sample(s, tsl_llm_logits(c, -1), nv);
+        else CHECK(tsl_llm_logits(c, -1) == NULL && tsl_llm_n_logits(c) == 0);
+        out[i] = id;
+        CHECKF(id >= 0 && id < nv, "token %d: %d", i, (int)id);
+        if (id < 0) break;
+        tsl_status st = graph ? tsl_llm_decode_greedy(c, &out[i], 1, &id, &err) : tsl_llm_decode(c, &out[i], 1, &err);
+        CHECKF(st == TSL_SUCCESS, "token %d: %s", i, err.message);
+        if (st != TSL_SUCCESS) break;
+    }
+    tsl_sampler_free(s);
+}
+
+/* Overwrite an F32 tensor of a GGUF file with NaN, in place. */
+static bool nan_tensor(const char *path, const char *name) {
+    tsl_error err;
+    tsl_gguf *g = tsl_gguf_open(path, &err);
+    if (!g) return false;
+    const int64_t i = tsl_gguf_find_tensor(g, name);
+    const tsl_gguf_tensor_info *ti = i >= 0 ? tsl_gguf_tensor(g, i) : NULL;
+    const long at = ti && ti->type == TSL_TYPE_F32 ? (long)(tsl_gguf_data_offset(g) + ti->offset) : -1;
+    const size_t n = ti ? ti->size / sizeof(float) : 0;
+    tsl_gguf_close(g);
+    FILE *f = at >= 0 ? fopen(path, "r+b") : NULL;
+    bool ok = f && fseek(f, at, SEEK_SET) == 0;
+    const float v = NAN;
+    for (size_t k = 0; ok && k < n; k++) ok = fwrite(&v, sizeof v, 1, f) == 1;
+    if (f) ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
+static void test_decode_greedy(void) {
+    synth_params sp = tiny_params(TSL_ARCH_QWEN2, TSL_TYPE_Q8_0);
+    CHECK(write_model(&sp, tpath("greedy.gguf")));
+    tsl_model *m = load(tpath("greedy.gguf"));
+    if (!m) {
+        CHECK(m != NULL);
+        return;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    tsl_backend *be = tsl_backend_cpu_new(2, NULL);
+    /* batches of 4 for the prompt; logits_all is ignored by the greedy call */
+    tsl_llm_ctx *a = new_ctx(m, be, 64, 4, TSL_TYPE_F16, false), *b = new_ctx(m, be, 64, 4, TSL_TYPE_F16, true);
+    int32_t ta[20], tb[20];
+    greedy_tokens(a, nv, false, ta, 20);
+    greedy_tokens(b, nv, true, tb, 20);
+    CHECK(!memcmp(ta, tb, sizeof ta));
+    /* a plain decode after greedy ones: the logits again, the same as a's */
+    tsl_error err;
+    tsl_llm_truncate(a, 30, &err);
+    tsl_llm_truncate(b, 30, &err);
+    CHECK(tsl_llm_decode(a, &ta[19], 1, &err) == TSL_SUCCESS && tsl_llm_decode(b, &ta[19], 1, &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_n_logits(b) == 1 && rel_diff(tsl_llm_logits(a, -1), tsl_llm_logits(b, -1), nv) <= 1e-6);
+    /* bad arguments */
+    int32_t next = 5;
+    CHECK(tsl_llm_decode_greedy(b, NULL, 1, &next, &err) == TSL_FAILED && next == -1);
+    CHECK_STR_CONTAINS(err.message, "no tokens given");
+    CHECK(tsl_llm_decode_greedy(b, PROMPT, 1, NULL, &err) == TSL_FAILED);
+    CHECK_STR_CONTAINS(err.message, "next is NULL");
+    CHECK(tsl_llm_n_past(b) == 31);
+    tsl_llm_ctx_free(a);
+    tsl_llm_ctx_free(b);
+    tsl_model_free(m);
+
+    /* an output projection of NaN: no logit above -inf, so no token */
+    sp = tiny_params(TSL_ARCH_LLAMA, TSL_TYPE_F32);
+    CHECK(write_model(&sp, tpath("greedy_nan.gguf")) && nan_tensor(tpath("greedy_nan.gguf"), "output.weight"));
+    m = load(tpath("greedy_nan.gguf"));
+    tsl_llm_ctx *c = m ? new_ctx(m, be, 64, 4, TSL_TYPE_F16, false) : NULL;
+    if (c) {
+        next = 5;
+        CHECK(tsl_llm_decode_greedy(c, PROMPT, 3, &next, &err) == TSL_FAILED && next == -1);
+        CHECK_STR_CONTAINS(err.message, "no value above -inf");
+        CHECK(tsl_llm_n_past(c) == 0); /* a failed call changes nothing */
+        CHECK(tsl_llm_decode(c, PROMPT, 3, &err) == TSL_SUCCESS);
+        tsl_sampler *s = tsl_sampler_new(NULL, NULL);
+        CHECK(tsl_sampler_sample(s, tsl_llm_logits(c, -1), nv) == -1); /* the sampler agrees */
+        tsl_sampler_free(s);
+    } else {
+        CHECK(c != NULL);
+    }
+    tsl_llm_ctx_free(c);
+    tsl_model_free(m);
+    tsl_backend_free(be);
+}
+
 static void expect_load_error(const char *path, const char *must1, const char *must2) {
     tsl_error err;
     tsl_model_params mp = tsl_model_default_params();
@@ -683,6 +781,7 @@ int main(void) {
     RUN(test_rope_freqs);
     RUN(test_info_and_tokenizer);
     RUN(test_generation_deterministic);
+    RUN(test_decode_greedy);
     RUN(test_bad_files);
     RUN(test_decode_arguments);
     RUN(test_fault_paths);

@@ -922,6 +922,79 @@ out:
     arch_pair_close(&p);
 }
 
+/* ---- the greedy choice in the graph ------------------------------------------------------- */
+
+/* tsl_llm_decode_greedy on the device: the tokens the host's greedy sampler
+ * picks from the read-back logits, token by token; each token reads back
+ * only the argmax's id (from the compute's own copy: no transfer of its
+ * own, no logits), its graph kept and its commands replayed; and after an
+ * injected device loss mid-generation and a recovery, the rest of the
+ * fault-free run's tokens. */
+static bool greedy_run(tsl_model *m, tsl_backend *be, bool graph, int lose_at, int32_t *out, int n,
+                       tsl_vulkan_stats *s0, tsl_vulkan_stats *s1) {
+    tsl_llm_ctx *c = new_ctx(m, be, 128, 8, false);
+    tsl_sampler_params g = tsl_sampler_default_params();
+    g.temp = 0;
+    tsl_sampler *s = tsl_sampler_new(&g, NULL);
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    tsl_error err;
+    int32_t id = -1;
+    bool ok = c && s &&
+              (graph ? tsl_llm_decode_greedy(c, PROMPT, N_PROMPT, &id, &err) : tsl_llm_decode(c, PROMPT, N_PROMPT, &err)) ==
+                  TSL_SUCCESS;
+    for (int i = 0; ok && i < n; i++) {
+        if (!graph) id = tsl_sampler_sample(s, tsl_llm_logits(c, -1), nv);
+        ok = graph ? tsl_llm_logits(c, -1) == NULL : true;
+        CHECKF(ok, "token %d: logits kept by a greedy decode", i);
+        out[i] = id;
+        if (i == 2) tsl_backend_vulkan_stats(be, s0); /* the graph kept and recorded by now */
+        if (i == lose_at) {
+            CHECK(tsl_backend_inject(be, "lost@times=1", &err) == TSL_SUCCESS);
+            CHECK(tsl_llm_decode_greedy(c, &out[i], 1, &id, &err) == TSL_DEVICE_LOST && id == -1);
+            tsl_backend_inject_clear(be);
+            CHECK(tsl_backend_recover(be, &err) == TSL_SUCCESS);
+        }
+        tsl_status st = graph ? tsl_llm_decode_greedy(c, &out[i], 1, &id, &err) : tsl_llm_decode(c, &out[i], 1, &err);
+        CHECKF(st == TSL_SUCCESS, "token %d: %s", i, err.message);
+        ok = st == TSL_SUCCESS;
+    }
+    tsl_backend_vulkan_stats(be, s1);
+    tsl_sampler_free(s);
+    tsl_llm_ctx_free(c);
+    return ok;
+}
+
+static void test_greedy_in_graph(void) {
+    enum { N = 24 };
+    const char *path = tpath("greedy_vk.gguf");
+    CHECK(write_tiny(path, TSL_ARCH_LLAMA, TSL_TYPE_Q8_0, 0));
+    tsl_model *m = load(path);
+    tsl_backend *be = vk_new();
+    int32_t host[N], dev[N], lost[N];
+    tsl_vulkan_stats a0, a1, b0, b1, c0, c1;
+    if (!m || !be || !greedy_run(m, be, false, -1, host, N, &a0, &a1) || !greedy_run(m, be, true, -1, dev, N, &b0, &b1)) {
+        CHECK(m && be && false);
+        goto out;
+    }
+    CHECK(!memcmp(host, dev, sizeof host));
+    const uint64_t steps = N - 2;
+    CHECKF(b1.readback_reads - b0.readback_reads == steps, "%llu reads from the compute's copy for %llu tokens",
+           (unsigned long long)(b1.readback_reads - b0.readback_reads), (unsigned long long)steps);
+    CHECKF(b1.transfers - b0.transfers <= steps, "%llu transfers for %llu tokens",
+           (unsigned long long)(b1.transfers - b0.transfers), (unsigned long long)steps);
+    CHECKF(b1.replays - b0.replays == steps, "%llu of %llu tokens replayed", (unsigned long long)(b1.replays - b0.replays),
+           (unsigned long long)steps);
+    /* one dispatch more a token than the host's path (the argmax) */
+    CHECKF(b1.dispatches - b0.dispatches == a1.dispatches - a0.dispatches + steps,
+           "%llu dispatches against %llu with the logits read back", (unsigned long long)(b1.dispatches - b0.dispatches),
+           (unsigned long long)(a1.dispatches - a0.dispatches));
+    if (greedy_run(m, be, true, 9, lost, N, &c0, &c1)) CHECK(!memcmp(host, lost, sizeof host));
+out:
+    tsl_model_free(m);
+    tsl_backend_free(be);
+    unlink(path);
+}
+
 /* ---- steady-state decode ----------------------------------------------------------------- */
 
 /* Decoding token by token allocates nothing on the device and moves only
@@ -1172,6 +1245,7 @@ int main(void) {
         RUN(test_wait_edges);
         RUN(test_weight_op_fallback);
         RUN(test_steady_decode);
+        RUN(test_greedy_in_graph);
         rc = test_summary();
     }
     char cmd[128];

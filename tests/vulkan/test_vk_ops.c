@@ -2053,6 +2053,7 @@ static void test_moves_exact(void) {
 typedef struct am_arg {
     int64_t ne0, ne1;
     bool ties;
+    int special; /* 1: sqrt(x), NaN where x < 0; 2: sqrt(x) times -3e38 twice, rows of NaN and -inf only */
 } am_arg;
 
 static void build_argmax(tsl_context *ctx, tsl_tensor **in, int *n_in, tsl_tensor **out, const void *arg) {
@@ -2060,7 +2061,11 @@ static void build_argmax(tsl_context *ctx, tsl_tensor **in, int *n_in, tsl_tenso
     tsl_tensor *x = tsl_new_tensor_2d(ctx, a->ties ? TSL_TYPE_F16 : TSL_TYPE_F32, a->ne0, a->ne1);
     in[(*n_in)++] = x;
     /* F16 values through a copy: few distinct values, so ties at the maximum */
-    *out = tsl_argmax(ctx, a->ties ? tsl_dup(ctx, x, TSL_TYPE_F32) : x);
+    tsl_tensor *y = a->ties ? tsl_dup(ctx, x, TSL_TYPE_F32) : x;
+    /* NaN never wins, nor -inf: a row with nothing above -inf gives 0 */
+    if (a->special) y = tsl_sqrt(ctx, y);
+    if (a->special == 2) y = tsl_scale(ctx, tsl_scale(ctx, y, -3e38f), 3e38f); /* overflows to -inf */
+    *out = tsl_argmax(ctx, y);
 }
 
 /* ---- reductions over many elements, and out_prod at GEMM sizes ------------------------ */
@@ -2110,10 +2115,14 @@ static void build_out_prod(tsl_context *ctx, vkt_case *c, const void *arg, bool 
 static void test_training_ops(void) {
     int cases = 0;
     /* argmax over vocabulary-sized rows, exact */
-    for (int it = 0; it < 4; it++) {
-        am_arg a = {.ne0 = it < 2 ? 50000 + rnd(0, 999) : rnd(1, 300), .ne1 = rnd(1, 6), .ties = it % 2 == 1};
+    for (int it = 0; it < 8; it++) {
+        am_arg a = {.ne0 = it < 2 || it >= 6 ? 50000 + rnd(0, 999) : rnd(1, 300),
+                    .ne1 = it >= 4 ? rnd(4, 12) : rnd(1, 6),
+                    .ties = it % 2 == 1,
+                    .special = it < 4 ? 0 : 1 + it % 2};
         char what[64];
-        snprintf(what, sizeof what, "argmax [%lld, %lld]%s", (long long)a.ne0, (long long)a.ne1, a.ties ? " ties" : "");
+        snprintf(what, sizeof what, "argmax [%lld, %lld]%s%s", (long long)a.ne0, (long long)a.ne1,
+                 a.ties ? " ties" : "", a.special == 1 ? " NaN" : a.special == 2 ? " NaN/-inf" : "");
         raw_check(&cases, build_argmax, &a, (unsigned long long)(70 + it), what);
     }
     printf("  ARGMAX                 %3d cases, exact\n", cases);

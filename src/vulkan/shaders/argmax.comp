@@ -3,16 +3,26 @@
  * argmax.comp - ARGMAX: the index of the largest element of each row of a
  * (F32, any strides) as I32, one workgroup per row.
  *
- * The CPU's rule, exactly: the first index wins ties, NaN never wins, and a
- * row of NaN gives 0. Each invocation keeps the best of a strided share of
- * the row (scanning up, so its first maximum), and the shares meet in a
- * shared-memory tree that prefers a found value, then the larger value,
- * then the lower index: the row's first maximum whatever the split.
+ * The CPU's rule, exactly: the first index wins ties, NaN and -inf never
+ * win, and a row with nothing above -inf gives 0. Each invocation keeps the
+ * best of a strided share of the row (scanning up with a strict compare, so
+ * its first maximum); the shares meet per subgroup (the largest value, then
+ * the lowest index holding it) and the subgroups' in one invocation, in
+ * order: the row's first maximum whatever the split.
+ *
+ * Speed: a decode's greedy choice is one row of a vocabulary (32k-256k
+ * logits) right after the product that made it, so the row is read by one
+ * workgroup of 512, eight loads in flight per invocation before any
+ * compare (a load, a compare, the next load would leave one in flight and
+ * take a round trip per element).
  */
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 
-#define WG 128u
-layout(local_size_x = 128) in;
+#define WG 512u
+#define UNROLL 8u
+layout(local_size_x = 512) in;
 
 layout(push_constant) uniform P {
     uint ne0, ne1, ne2, ne3;
@@ -25,8 +35,9 @@ layout(push_constant) uniform P {
 layout(binding = 0) readonly buffer A { float a[]; };
 layout(binding = 3) writeonly buffer D { int d[]; };
 
-shared float rv[WG];
-shared uint ri[WG]; /* index, or 0xffffffff: nothing found (all NaN) */
+const uint NONE = 0xffffffffu; /* nothing above -inf found */
+shared float sv[WG];           /* per subgroup (at most WG of them) */
+shared uint si[WG];
 
 void main() {
     TSL_PROGRESS();
@@ -36,30 +47,42 @@ void main() {
     const uint i1 = row % pc.ne1, i2 = (row / pc.ne1) % pc.ne2, i3 = row / (pc.ne1 * pc.ne2);
     const uint xa = pc.oa + i1 * pc.sa1 + i2 * pc.sa2 + i3 * pc.sa3;
     float bv = -1.0 / 0.0;
-    uint bi = 0xffffffffu;
-    for (uint i = tid; i < pc.ne0; i += WG) {
+    uint bi = NONE;
+    uint i = tid;
+    for (; i + (UNROLL - 1u) * WG < pc.ne0; i += UNROLL * WG) {
+        float v[UNROLL];
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) v[u] = a[xa + (i + u * WG) * pc.sa0];
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++)
+            if (v[u] > bv) {
+                bv = v[u];
+                bi = i + u * WG;
+            }
+    }
+    for (; i < pc.ne0; i += WG) {
         const float v = a[xa + i * pc.sa0];
-        if (v > bv || (bi == 0xffffffffu && v == bv)) {
+        if (v > bv) {
             bv = v;
             bi = i;
         }
     }
-    rv[tid] = bv;
-    ri[tid] = bi;
+    /* bi != NONE exactly where bv > -inf */
+    const float m = subgroupMax(bv);
+    const uint mi = subgroupMin(bi != NONE && bv == m ? bi : NONE);
+    if (subgroupElect()) {
+        sv[gl_SubgroupID] = m;
+        si[gl_SubgroupID] = mi;
+    }
     barrier();
-    [[unroll]] for (uint k = WG / 2u; k > 0u; k >>= 1) {
-        if (tid < k) {
-            const float ov = rv[tid + k];
-            const uint oi = ri[tid + k];
-            const uint mi = ri[tid];
-            const bool take = oi != 0xffffffffu &&
-                              (mi == 0xffffffffu || ov > rv[tid] || (ov == rv[tid] && oi < mi));
-            if (take) {
-                rv[tid] = ov;
-                ri[tid] = oi;
+    if (tid == 0u) {
+        float best = -1.0 / 0.0;
+        uint at = NONE;
+        for (uint s = 0u; s < gl_NumSubgroups; s++) {
+            const uint oi = si[s];
+            if (oi != NONE && (at == NONE || sv[s] > best || (sv[s] == best && oi < at))) {
+                best = sv[s];
+                at = oi;
             }
         }
-        barrier();
+        d[pc.od + row * pc.sd0] = at == NONE ? 0 : int(at);
     }
-    if (tid == 0u) d[pc.od + row * pc.sd0] = ri[0] == 0xffffffffu ? 0 : int(ri[0]);
 }
