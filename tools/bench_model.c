@@ -17,10 +17,17 @@
  * the rounds' ratios (min and max are given too).
  *
  * Tokens are fixed pseudo-random ids (the model's speed does not depend on
- * them); decode feeds back the greedy sampler's choice (the library's
- * tsl_sampler at temperature 0), as greedy generation does. A short
+ * them); decode feeds back the greedy choice, as greedy generation does:
+ * by default the graph's argmax, one decode step a graph or --steps K (each
+ * step embedding the last one's choice on the device, as `tensile run
+ * --temp 0 --steps K` generates), or with --greedy host the logits read back and the
+ * library's tsl_sampler at temperature 0 picking, one token a graph. A short
  * warm-up decode runs first so the graph allocator's buffer and the
- * backend's scratch exist before timing.
+ * backend's scratch exist before timing, and after the timed prefill the
+ * decode graph is built and recorded by three untimed decodes (the cache
+ * cut back to the prompt after each): decode is timed in its steady state,
+ * replaying the recorded graph, not with a first graph's resolve and
+ * encoding.
  *
  * On a Vulkan device (--backend vulkan) the ceiling is the device's own: an
  * F32 -> F32 cpy graph over buffers many times the GPU's L2 (1 GiB read and
@@ -219,10 +226,11 @@ typedef struct bm_split {
     bool gpu_timed;
 } bm_split;
 
+/* One compute's costs, of `tokens` decoded tokens (several steps a graph). */
 static void bm_split_add(bm_split *a, const tsl_llm_ctx *c, const tsl_vulkan_stats *s0, const tsl_vulkan_stats *s1,
-                         double wall_ms) {
+                         double wall_ms, int tokens) {
     const llm_timings *tm = llm_ctx_timings(c);
-    a->tokens++;
+    a->tokens += tokens;
     a->wall_ms += wall_ms;
     a->build_ms += tm->build_ms + tm->plan_ms;
     a->input_ms += tm->input_ms;
@@ -256,7 +264,8 @@ static void bm_split_add(bm_split *a, const tsl_llm_ctx *c, const tsl_vulkan_sta
 
 static void bm_usage(FILE *f) {
     fprintf(f, "usage: tensile bench model -m FILE [--backend cpu|vulkan|auto] [--device N] [--threads T]\n"
-               "                           [--prompt N] [--gen N] [--copy-mib N] [--greedy graph|host] [--json]\n"
+               "                           [--prompt N] [--gen N] [--copy-mib N] [--greedy graph|host] [--steps K]\n"
+               "                           [--json]\n"
                "  Prefill N (default 512) tokens in one graph, then decode --gen (default 128) tokens one at a\n"
                "  time; tokens/s for both, and decode's weight bytes read per second as a ratio to a copy\n"
                "  bandwidth measured in the same run (on a Vulkan device: the device's own copy, and each\n"
@@ -265,13 +274,16 @@ static void bm_usage(FILE *f) {
                "                 eighth of the device's memory if less\n"
                "  --greedy graph the next token is the argmax the graph computes (tsl_llm_decode_greedy;\n"
                "                 only its id is read back); the default\n"
+               "  --steps K      with --greedy graph: K decode steps in one graph, each embedding the last\n"
+               "                 one's choice (tsl_llm_generate_greedy, as `tensile run --temp 0`); 1..32,\n"
+               "                 default 1\n"
                "  --greedy host  the logits are read back and the sampler (temp 0) picks, as a custom\n"
                "                 sampling chain would\n");
 }
 
 int bench_model(int argc, char **argv) {
     const char *model = NULL, *backend = "auto";
-    long long threads = 0, n_prompt = 512, n_gen = 128, device = -1, copy_mib = 0;
+    long long threads = 0, n_prompt = 512, n_gen = 128, device = -1, copy_mib = 0, steps = 0;
     bool json = false, quiet = false, host_greedy = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -294,6 +306,12 @@ int bench_model(int argc, char **argv) {
                 return 2;
             }
             host_greedy = !strcmp(v, "host");
+            i++;
+        } else if (!strcmp(a, "--steps")) {
+            if (!cli_int(v, 1, 32, &steps)) {
+                fprintf(stderr, "tensile bench model: --steps wants 1..32, got '%s'\n", v);
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--backend")) {
             backend = argv[++i];
@@ -328,6 +346,12 @@ int bench_model(int argc, char **argv) {
         bm_usage(stderr);
         return 2;
     }
+    if (host_greedy && steps > 1) {
+        fprintf(stderr, "tensile bench model: --steps %lld needs --greedy graph (the host picks one token a graph)\n",
+                steps);
+        return 2;
+    }
+    if (steps == 0) steps = 1;
     int code = 0, rc = 1;
     tsl_backend *be = cli_backend_dev("bench model", backend, (int)device, (int)threads, &code);
     if (!be) return code;
@@ -356,6 +380,7 @@ int bench_model(int argc, char **argv) {
     lp.n_threads = (int32_t)threads;
     lp.n_ctx = (int32_t)(n_prompt + n_gen + 16);
     lp.n_batch = (int32_t)n_prompt;
+    lp.n_steps = (int32_t)steps;
     double tu = cli_now();
     c = tsl_llm_ctx_new(m, &lp, &err);
     const double t_setup = cli_now() - tu; /* the KV cache, and on a device the weights' upload */
@@ -388,6 +413,11 @@ int bench_model(int argc, char **argv) {
         goto done;
     }
 
+    /* decode in rounds, each after its own copy measurement, each round's
+     * tokens in graphs of `steps` (the last one of a round may be smaller) */
+    enum { BM_ROUNDS = 8 };
+    const int rounds = n_gen < BM_ROUNDS ? (int)n_gen : BM_ROUNDS;
+    const long long first_chunk = n_gen / rounds < steps ? n_gen / rounds : steps;
     /* warm-up: the allocator's buffer at full prefill size, then a decode */
     if (tsl_llm_decode(c, toks, (int32_t)n_prompt, &err) != TSL_SUCCESS ||
         tsl_llm_decode(c, toks, 1, &err) != TSL_SUCCESS) {
@@ -402,9 +432,6 @@ int bench_model(int argc, char **argv) {
         goto done;
     }
     const double t_prefill = cli_now() - t0;
-    /* decode in rounds, each after its own copy measurement */
-    enum { BM_ROUNDS = 8 };
-    const int rounds = n_gen < BM_ROUNDS ? (int)n_gen : BM_ROUNDS;
     double copy[BM_ROUNDS], ratio[BM_ROUNDS], wgbs[BM_ROUNDS], t_decode = 0;
     bool copy_gpu = vk;
     bm_split sp = {.gpu_timed = true};
@@ -416,6 +443,19 @@ int bench_model(int argc, char **argv) {
         goto done;
     }
     int32_t id = tsl_sampler_sample(smp, tsl_llm_logits(c, -1), in->n_vocab);
+    /* The decode graph of the first round's size built, kept and recorded
+     * before the timing, as a generation has it after its first graphs (the
+     * prefill's graph took the recording's place): three of them, then the
+     * cache cut back to the prompt, so the timed decode starts there. */
+    for (int i = 0; i < 3; i++) {
+        int32_t out[32];
+        if ((host_greedy ? tsl_llm_decode(c, &toks[i], 1, &err)
+                         : tsl_llm_generate_greedy(c, toks[i], (int32_t)first_chunk, out, &err)) != TSL_SUCCESS ||
+            tsl_llm_truncate(c, (int32_t)n_prompt, &err) != TSL_SUCCESS) {
+            cli_error("bench model", &err);
+            goto done;
+        }
+    }
     long long done_tokens = 0;
     for (int r = 0; r < rounds; r++) {
         const long long k = n_gen * (r + 1) / rounds - done_tokens;
@@ -431,12 +471,13 @@ int bench_model(int argc, char **argv) {
             copy[r] = bm_copy_gbs(&ceil, 3);
         }
         double ts = cli_now();
-        for (long long i = 0; i < k; i++) {
+        for (long long i = 0; i < k;) {
+            const int32_t w = (int32_t)(k - i < steps ? k - i : steps);
             tsl_vulkan_stats s0, s1;
             if (vk) tsl_backend_vulkan_stats(be, &s0);
             double tt = cli_now();
-            int32_t next = -1;
-            if ((host_greedy ? tsl_llm_decode(c, &id, 1, &err) : tsl_llm_decode_greedy(c, &id, 1, &next, &err)) !=
+            int32_t next[32];
+            if ((host_greedy ? tsl_llm_decode(c, &id, 1, &err) : tsl_llm_generate_greedy(c, id, w, next, &err)) !=
                 TSL_SUCCESS) {
                 cli_error("bench model", &err);
                 goto done;
@@ -444,10 +485,11 @@ int bench_model(int argc, char **argv) {
             const double wall_ms = (cli_now() - tt) * 1e3;
             if (vk) {
                 tsl_backend_vulkan_stats(be, &s1);
-                bm_split_add(&sp, c, &s0, &s1, wall_ms);
+                bm_split_add(&sp, c, &s0, &s1, wall_ms, w);
             }
+            i += w;
             tt = cli_now();
-            id = host_greedy ? tsl_sampler_sample(smp, tsl_llm_logits(c, -1), in->n_vocab) : next;
+            id = host_greedy ? tsl_sampler_sample(smp, tsl_llm_logits(c, -1), in->n_vocab) : next[w - 1];
             sp.sample_ms += (cli_now() - tt) * 1e3;
             if (id < 0) {
                 fprintf(stderr, "tensile bench model: no token could be chosen from the logits (none above -inf)\n");
@@ -486,10 +528,11 @@ int bench_model(int argc, char **argv) {
         cli_json_str(stdout, tsl_backend_device(be), strlen(tsl_backend_device(be)));
         printf(",\"backend_name\":\"%s\",\"threads\":%d,\"setup_s\":%.3f,\"prompt_n\":%lld,\"prompt_tok_s\":%.3f,"
                "\"gen_n\":%lld,\"gen_tok_s\":%.3f,\"gen_ms_per_tok\":%.3f,\"weights_gbs\":%.3f,\"copy_gbs\":%.3f,"
-               "\"copy_ceiling\":\"%s\",\"bw_ratio\":%.4f,\"bw_ratio_min\":%.4f,\"bw_ratio_max\":%.4f",
+               "\"copy_ceiling\":\"%s\",\"bw_ratio\":%.4f,\"bw_ratio_min\":%.4f,\"bw_ratio_max\":%.4f,\"greedy\":\"%s\","
+               "\"steps\":%lld",
                tsl_backend_name(be), nth, t_setup, n_prompt, pp, n_gen, tg, 1e3 / tg, gbs, copy_gbs,
                vk ? (copy_gpu ? "device copy, gpu time" : "device copy, wall time") : "host copy", ratio_med,
-               ratio_min, ratio_max);
+               ratio_min, ratio_max, host_greedy ? "host" : "graph", steps);
         if (vk) {
             llm_devw_info di;
             llm_devw_get_info(llm_ctx_devw(c), &di);
@@ -518,7 +561,8 @@ int bench_model(int argc, char **argv) {
                    t_setup, (double)di.bytes * 1e-9, di.n_buffers, di.n_buffers == 1 ? "" : "s", di.n_file_layout);
         }
         printf("prefill: %lld tokens, %.2f tok/s\n", n_prompt, pp);
-        printf("decode: %lld tokens, %.2f tok/s (%.2f ms/token)\n", n_gen, tg, 1e3 / tg);
+        printf("decode: %lld tokens, %.2f tok/s (%.2f ms/token; %s, %lld step%s a graph)\n", n_gen, tg, 1e3 / tg,
+               host_greedy ? "greedy on the host" : "the graph's argmax", steps, steps == 1 ? "" : "s");
         if (vk) {
             printf("decode weights read: %.2f GB/s; device copy bandwidth: %.2f GB/s (%zu MiB read + written, best "
                    "run, %s time); ratio %.1f%% (median of %d rounds, %.1f%%..%.1f%%)\n",

@@ -8,6 +8,12 @@
  * one line on stderr gives prompt and generation speed; --json instead
  * prints one object with the tokens, the text and the timings.
  *
+ * Greedy decoding (--temp 0, no repetition penalty) lets the graph choose:
+ * the logits' argmax is taken on the device, and --steps decode steps go
+ * into one graph (tsl_llm_generate_greedy), each embedding the last one's
+ * choice, so the text comes in runs of that many tokens, and is the text
+ * one step a graph gives.
+ *
  * Failures: a compute that fails prints its error record's line (the one
  * tsl_error_format makes) and the command exits 1. A transient RETRY is
  * retried inside decode by the context's retry policy before it ever gets
@@ -27,7 +33,7 @@
 
 typedef struct run_opts {
     const char *model, *prompt, *backend;
-    long long n_predict, threads, n_ctx, n_batch, device;
+    long long n_predict, threads, n_ctx, n_batch, device, steps;
     tsl_sampler_params sp;
     tsl_type kv_type;
     bool json, quiet, ignore_eos;
@@ -49,6 +55,7 @@ static void run_usage(FILE *f) {
                "  --ctx N               context positions (default: the model's, at most 4096)\n"
                "  --batch N             prompt tokens per graph (default 512)\n"
                "  --kv-type T           f16 (default) or f32\n"
+               "  --steps N             greedy (--temp 0): decode steps per graph, 1..32 (default 1)\n"
                "  --ignore-eos          keep generating after an end-of-generation token\n"
                "  --json                print one JSON object with tokens, text and timings\n"
                "  --quiet               no progress bar\n");
@@ -181,6 +188,9 @@ static int run_parse(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) {
             if (!cli_int(v, 1, 1 << 20, &o->n_batch)) BAD("a positive number");
             i++;
+        } else if (!strcmp(a, "--steps")) {
+            if (!cli_int(v, 1, 32, &o->steps)) BAD("1..32");
+            i++;
         } else if (!strcmp(a, "--kv-type")) {
             int t = tsl_type_from_name(v);
             if (t != TSL_TYPE_F16 && t != TSL_TYPE_F32) BAD("f16 or f32");
@@ -223,13 +233,17 @@ static void run_json(const run_opts *o, const tsl_model *m, const tsl_backend *b
 
 #define RUN_MAX_RECOVERIES 3
 
-/* Decode, recovering the device when it is lost (see the top of the file). */
-/* Decode toks; with next, the graph also picks the greedy next token (only
- * its id comes back from a device, not the logits). */
-static tsl_status run_decode(tsl_llm_ctx *c, const int32_t *toks, int32_t n, int32_t *next, int *recoveries,
-                             tsl_error *err) {
+/* Decode toks, recovering the device when it is lost (see the top of the
+ * file). With next, the graph also picks the greedy next token (only its
+ * id comes back from a device, not the logits); with gen > 0, toks[0] is
+ * decoded and gen greedy tokens are generated into next[0..gen), several
+ * decode steps to a graph (tsl_llm_generate_greedy). */
+static tsl_status run_decode(tsl_llm_ctx *c, const int32_t *toks, int32_t n, int32_t *next, int32_t gen,
+                             int *recoveries, tsl_error *err) {
     for (;;) {
-        tsl_status s = next ? tsl_llm_decode_greedy(c, toks, n, next, err) : tsl_llm_decode(c, toks, n, err);
+        tsl_status s = gen > 0 ? tsl_llm_generate_greedy(c, toks[0], gen, next, err)
+                       : next  ? tsl_llm_decode_greedy(c, toks, n, next, err)
+                               : tsl_llm_decode(c, toks, n, err);
         if (s != TSL_DEVICE_LOST || *recoveries >= RUN_MAX_RECOVERIES) return s;
         (*recoveries)++;
         cli_error("run", err);
@@ -273,6 +287,7 @@ int cmd_run(int argc, char **argv) {
     lp.n_ctx = (int32_t)o.n_ctx;
     lp.n_batch = (int32_t)o.n_batch;
     lp.kv_type = o.kv_type;
+    lp.n_steps = (int32_t)o.steps;
     c = tsl_llm_ctx_new(m, &lp, &err);
     smp = c ? tsl_sampler_new(&o.sp, &err) : NULL;
     if (!c || !smp) {
@@ -304,8 +319,12 @@ int cmd_run(int argc, char **argv) {
     int recoveries = 0;
     /* greedy without a penalty: the graph's argmax is the sampler's choice */
     const bool greedy = o.sp.temp <= 0.0f && (o.sp.repeat_penalty == 1.0f || o.sp.repeat_last_n == 0);
-    int32_t next = -1;
-    if (run_decode(c, prompt, np, greedy ? &next : NULL, &recoveries, &err) != TSL_SUCCESS) {
+    /* greedy: the ids the graph chose, q[qi..nq) not yet printed; the
+     * cache holds the tokens up to the one before q[nq - 1] */
+    int32_t q[32];
+    int32_t qi = 0, nq = 1;
+    const int32_t steps = o.steps > 0 ? (int32_t)o.steps : 1;
+    if (run_decode(c, prompt, np, greedy ? q : NULL, 0, &recoveries, &err) != TSL_SUCCESS) {
         cli_error("run", &err);
         goto done;
     }
@@ -313,7 +332,7 @@ int cmd_run(int argc, char **argv) {
     int32_t ng = 0;
     char piece[256];
     while (ng < o.n_predict) {
-        int32_t id = greedy ? next : tsl_sampler_sample(smp, tsl_llm_logits(c, -1), n_vocab);
+        int32_t id = greedy ? q[qi++] : tsl_sampler_sample(smp, tsl_llm_logits(c, -1), n_vocab);
         if (id < 0) {
             fprintf(stderr, "tensile run: no token could be sampled (every logit is -inf or NaN)\n");
             goto done;
@@ -342,11 +361,20 @@ int cmd_run(int argc, char **argv) {
             if (!o.json) run_text_flush(&text, false);
         }
         if (ng == o.n_predict) break;
+        if (greedy && qi < nq) continue; /* chosen already */
         if (tsl_llm_n_past(c) >= tsl_llm_n_ctx(c)) {
             stop = "ctx";
             break;
         }
-        if (run_decode(c, &id, 1, greedy ? &next : NULL, &recoveries, &err) != TSL_SUCCESS) {
+        /* greedy: as many steps as are wanted and fit, at most a graph's */
+        int32_t want = 0;
+        if (greedy) {
+            want = (int32_t)(o.n_predict - ng);
+            if (want > steps) want = steps;
+            if (want > tsl_llm_n_ctx(c) - tsl_llm_n_past(c)) want = tsl_llm_n_ctx(c) - tsl_llm_n_past(c);
+            qi = 0, nq = want;
+        }
+        if (run_decode(c, &id, 1, greedy ? q : NULL, want, &recoveries, &err) != TSL_SUCCESS) {
             if (!o.json) run_text_flush(&text, true), fputc('\n', stdout), fflush(stdout);
             cli_error("run", &err);
             goto done;

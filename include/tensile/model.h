@@ -400,6 +400,7 @@ typedef struct tsl_llm_params {
     bool logits_all;      /* keep the logits of every token of a decode call, not just the last */
     int32_t retry_attempts; /* attempts per compute for RETRY outcomes (tsl_graph_compute_retry,
                                default backoff); 1: no retry; 0: the default policy (3) */
+    int32_t n_steps;      /* tsl_llm_generate_greedy: decode steps per graph, 1..32; 0: 1 */
 } tsl_llm_params;
 
 tsl_llm_params tsl_llm_default_params(void);
@@ -445,6 +446,26 @@ tsl_status tsl_llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, tsl_
  * next is NULL or no logit is above -inf (the sampler's -1); otherwise as
  * tsl_llm_decode (a device loss is rebuilt from the history the same way). */
 tsl_status tsl_llm_decode_greedy(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, int32_t *next, tsl_error *err);
+
+/* Greedy generation of n tokens after `token`, several decode steps to a
+ * graph: the same as n calls of tsl_llm_decode_greedy, the first on token,
+ * each later one on the token the one before chose, out[i] the choice of
+ * call i; bit for bit the same tokens, cache and history (each step runs
+ * the kernels a single-token decode runs, over the same attention span).
+ * One graph holds up to n_steps (tsl_llm_params) steps: step s + 1 embeds
+ * step s's argmax on the device, so only the n_steps ids come back, and
+ * the per-compute costs (inputs, scheduling, submission, the wait for the
+ * GPU, the read) are paid once per n_steps tokens. n positions are used:
+ * token and out[0..n-2] join the history, out[n-1] is not yet decoded (pass
+ * it as the next call's token). A caller that stops at an end-of-generation
+ * token out[i] drops what came after it with tsl_llm_truncate(c, n_past_before
+ * + i + 1). FAILED, out[] all -1 and nothing changed, for bad arguments (out
+ * NULL, n < 1, token outside the vocabulary, fewer than n positions left:
+ * the message says how many) or no logit above -inf at some step; a
+ * compute's failure is all-or-nothing as tsl_llm_decode's is (n_past and
+ * the history back where the call started, out[] all -1; after
+ * DEVICE_LOST the next call rebuilds the cache first). */
+tsl_status tsl_llm_generate_greedy(tsl_llm_ctx *c, int32_t token, int32_t n, int32_t *out, tsl_error *err);
 
 /* Logits (n_vocab floats) of token i of the last successful decode call: -1
  * (or the last index) is its last token; other indices need logits_all.

@@ -49,6 +49,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "model/llm_impl.h"
@@ -99,36 +100,17 @@ static tsl_rope_params arch_rope_params(const llm_hparams *hp) {
     return rp;
 }
 
-bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_context *ctx, int32_t n,
-                int32_t pos0, int32_t n_kv, bool all_logits, bool greedy, arch_graph *out) {
+/* One token's (or one batch's) pass through the layers: x the embeddings
+ * [n_embd, n], tokens at positions pos (I32 [n], from pos0) seeing the
+ * mask's rows; the cache writes into outs[0, 2 n_layer), the logits of the
+ * last token (or of all n) returned. */
+static tsl_tensor *arch_pass(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_context *ctx,
+                             tsl_tensor *x, int32_t n, int32_t pos0, int32_t n_kv, int32_t n_out, tsl_tensor *pos,
+                             tsl_tensor *mask, tsl_tensor **outs) {
     const llm_hparams *hp = &m->hp;
-    if (n < 1 || pos0 < 0 || n_kv < pos0 + n || n_kv > kv->n_ctx) {
-        tsl_ctx_fail(ctx, "arch_build: %d tokens at position %d do not fit an attention span of %d (cache %d)",
-                     (int)n, (int)pos0, (int)n_kv, (int)kv->n_ctx);
-        return false;
-    }
-    const int32_t n_out = all_logits && !greedy ? n : 1;
     const int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
     const float kq_scale = 1.0f / sqrtf((float)hd);
     const tsl_rope_params rp = arch_rope_params(hp);
-
-    out->n_kv = n_kv;
-    out->n_out = n_out;
-    out->tokens = tsl_tensor_set_name(tsl_new_tensor_1d(ctx, TSL_TYPE_I32, n), "inp_tokens");
-    out->pos = tsl_tensor_set_name(tsl_new_tensor_1d(ctx, TSL_TYPE_I32, n), "inp_pos");
-    out->mask = tsl_tensor_set_name(tsl_new_tensor_2d(ctx, TSL_TYPE_F32, n_kv, n), "inp_kq_mask");
-    if (!out->tokens || !out->pos || !out->mask) return false;
-    out->tokens->flags |= TSL_FLAG_INPUT;
-    out->pos->flags |= TSL_FLAG_INPUT;
-    out->mask->flags |= TSL_FLAG_INPUT;
-
-    /* the copies into the cache, then the logits (and their argmax): the
-     * order the graph runs them */
-    const int n_outputs = 2 * hp->n_layer + 1 + (greedy ? 1 : 0);
-    tsl_tensor **outs = ctx_arena_alloc(ctx, (size_t)n_outputs * sizeof *outs, 0);
-    if (!outs) return false;
-
-    tsl_tensor *x = tsl_tensor_set_name(tsl_get_rows(ctx, w->tok_embd, out->tokens), "inp_embd");
     for (int il = 0; il < hp->n_layer; il++) {
         const llm_layer *L = &w->layers[il];
         const bool last = il == hp->n_layer - 1;
@@ -154,13 +136,12 @@ bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_
         k = tsl_reshape_3d(ctx, k, hd, hp->n_head_kv, n);
         if (L->q_norm) q = arch_norm(ctx, q, L->q_norm, hp->rms_eps, "attn_q_norm", il);
         if (L->k_norm) k = arch_norm(ctx, k, L->k_norm, hp->rms_eps, "attn_k_norm", il);
-        q = tsl_tensor_format_name(tsl_rope(ctx, q, out->pos, w->rope_freqs, &rp), "blk.%d.rope_q", il);
-        k = tsl_tensor_format_name(tsl_rope(ctx, k, out->pos, w->rope_freqs, &rp), "blk.%d.rope_k", il);
+        q = tsl_tensor_format_name(tsl_rope(ctx, q, pos, w->rope_freqs, &rp), "blk.%d.rope_q", il);
+        k = tsl_tensor_format_name(tsl_rope(ctx, k, pos, w->rope_freqs, &rp), "blk.%d.rope_k", il);
 
         tsl_tensor *cpy_k = NULL, *cpy_v = NULL;
-        if (!kv_store(ctx, kv, il, pos0, out->pos, tsl_reshape_2d(ctx, k, hd * hp->n_head_kv, n), v, &cpy_k,
-                      &cpy_v))
-            return false;
+        if (!kv_store(ctx, kv, il, pos0, pos, tsl_reshape_2d(ctx, k, hd * hp->n_head_kv, n), v, &cpy_k, &cpy_v))
+            return NULL;
         outs[2 * il] = cpy_k;
         outs[2 * il + 1] = cpy_v;
 
@@ -168,7 +149,7 @@ bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_
         tsl_tensor *qp = tsl_permute(ctx, q, 0, 2, 1, 3); /* [hd, n, n_head] */
         tsl_tensor *kq = tsl_mul_mat(ctx, kv_k_view(ctx, kv, il, n_kv), qp);
         kq = tsl_tensor_format_name(kq, "blk.%d.kq", il);
-        kq = tsl_tensor_format_name(tsl_soft_max(ctx, kq, out->mask, kq_scale), "blk.%d.kq_softmax", il);
+        kq = tsl_tensor_format_name(tsl_soft_max(ctx, kq, mask, kq_scale), "blk.%d.kq_softmax", il);
         tsl_tensor *kqv = tsl_mul_mat(ctx, kv_v_view(ctx, kv, il, n_kv), kq); /* [hdv, n, n_head] */
         kqv = tsl_tensor_format_name(kqv, "blk.%d.kqv", il);
         cur = tsl_permute(ctx, kqv, 0, 2, 1, 3); /* [hdv, n_head, n] */
@@ -199,26 +180,90 @@ bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_
         cur = tsl_tensor_format_name(tsl_swiglu(ctx, g, u), "blk.%d.ffn_swiglu", il);
         cur = arch_linear(ctx, L->ffn_down, NULL, cur, "ffn_down", il);
         x = tsl_tensor_format_name(tsl_add(ctx, cur, res), "blk.%d.ffn_residual", il);
-        if (tsl_ctx_error(ctx)) return false;
+        if (tsl_ctx_error(ctx)) return NULL;
     }
     x = arch_norm(ctx, x, w->output_norm, hp->rms_eps, "output_norm", -1);
-    out->logits = tsl_tensor_set_name(tsl_mul_mat(ctx, w->output, x), "output");
-    if (!out->logits) return false;
-    outs[2 * hp->n_layer] = out->logits;
-    out->best = NULL;
-    if (greedy) {
-        out->best = tsl_tensor_set_name(tsl_argmax(ctx, out->logits), "output_argmax");
-        if (!out->best) return false;
-        outs[n_outputs - 1] = out->best;
+    return tsl_tensor_set_name(tsl_mul_mat(ctx, w->output, x), "output");
+}
+
+bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_context *ctx, int32_t n,
+                int32_t pos0, int32_t n_kv, bool all_logits, bool greedy, int32_t steps, arch_graph *out) {
+    const llm_hparams *hp = &m->hp;
+    if (steps < 1 || (steps > 1 && (!greedy || n != 1))) {
+        tsl_ctx_fail(ctx, "arch_build: %d steps of %d tokens%s: several steps take one token each, greedy",
+                     (int)steps, (int)n, greedy ? "" : " (not greedy)");
+        return false;
     }
-    out->store = outs;
+    if (n < 1 || pos0 < 0 || n_kv < pos0 + n + steps - 1 || n_kv > kv->n_ctx) {
+        tsl_ctx_fail(ctx, "arch_build: %d tokens at position %d do not fit an attention span of %d (cache %d)",
+                     (int)(n + steps - 1), (int)pos0, (int)n_kv, (int)kv->n_ctx);
+        return false;
+    }
+    const int32_t n_out = all_logits && !greedy ? n : 1;
+    const int32_t rows = n + steps - 1; /* positions and mask rows: a batch's tokens, or the steps */
+
+    out->n_kv = n_kv;
+    out->n_out = n_out;
+    out->steps = steps;
+    out->tokens = tsl_tensor_set_name(tsl_new_tensor_1d(ctx, TSL_TYPE_I32, n), "inp_tokens");
+    out->pos = tsl_tensor_set_name(tsl_new_tensor_1d(ctx, TSL_TYPE_I32, rows), "inp_pos");
+    out->mask = tsl_tensor_set_name(tsl_new_tensor_2d(ctx, TSL_TYPE_F32, n_kv, rows), "inp_kq_mask");
+    if (!out->tokens || !out->pos || !out->mask) return false;
+    out->tokens->flags |= TSL_FLAG_INPUT;
+    out->pos->flags |= TSL_FLAG_INPUT;
+    out->mask->flags |= TSL_FLAG_INPUT;
+
+    /* per step: the copies into the cache, then the logits (and their
+     * argmax), the order the graph runs them; step s + 1 embeds step s's
+     * argmax, so it runs after the whole of step s */
+    const int per = 2 * hp->n_layer + 1 + (greedy ? 1 : 0);
+    const int n_outputs = per * steps;
+    tsl_tensor **outs = ctx_arena_alloc(ctx, (size_t)n_outputs * sizeof *outs, 0);
+    tsl_tensor **store = ctx_arena_alloc(ctx, (size_t)steps * 2 * (size_t)hp->n_layer * sizeof *store, 0);
+    tsl_tensor **bests = greedy ? ctx_arena_alloc(ctx, (size_t)steps * sizeof *bests, 0) : NULL;
+    if (!outs || !store || (greedy && !bests)) return false;
+
+    tsl_tensor *tok = out->tokens;
+    for (int32_t s = 0; s < steps; s++) {
+        tsl_tensor *pos = out->pos, *mask = out->mask;
+        if (steps > 1) {
+            pos = tsl_view_1d(ctx, out->pos, 1, (size_t)s * sizeof(int32_t));
+            mask = tsl_view_2d(ctx, out->mask, n_kv, 1, out->mask->nb[1], (size_t)s * out->mask->nb[1]);
+            if (!pos || !mask) return false;
+            tsl_tensor_format_name(pos, "inp_pos (step %d)", (int)s);
+            tsl_tensor_format_name(mask, "inp_kq_mask (step %d)", (int)s);
+        }
+        tsl_tensor **o = outs + (size_t)s * (size_t)per;
+        tsl_tensor *x = tsl_get_rows(ctx, w->tok_embd, tok);
+        x = steps > 1 ? tsl_tensor_format_name(x, "inp_embd (step %d)", (int)s) : tsl_tensor_set_name(x, "inp_embd");
+        tsl_tensor *logits = arch_pass(m, w, kv, ctx, x, n, pos0 + s, n_kv, n_out, pos, mask, o);
+        if (!logits) return false;
+        memcpy(store + (size_t)s * 2 * (size_t)hp->n_layer, o, 2 * (size_t)hp->n_layer * sizeof *o);
+        o[2 * hp->n_layer] = logits;
+        out->logits = logits;
+        out->best = NULL;
+        if (greedy) {
+            out->best = tsl_tensor_set_name(tsl_argmax(ctx, logits), "output_argmax");
+            if (!out->best) return false;
+            if (steps > 1) tsl_tensor_format_name(out->best, "output_argmax (step %d)", (int)s);
+            o[per - 1] = out->best;
+            bests[s] = out->best;
+            tok = out->best; /* the next step's token */
+        }
+    }
+    out->bests = bests;
+    out->store = store;
     out->pos0 = pos0;
     out->g = tsl_graph_build(ctx, outs, n_outputs);
     return out->g != NULL;
 }
 
 void arch_move(const llm_kv *kv, arch_graph *ag, int32_t pos0) {
-    for (int il = 0; il < kv->n_layer; il++) kv_store_move(kv, il, pos0, ag->store[2 * il], ag->store[2 * il + 1]);
+    for (int32_t s = 0; s < ag->steps; s++)
+        for (int il = 0; il < kv->n_layer; il++) {
+            tsl_tensor **st = ag->store + 2 * ((size_t)s * (size_t)kv->n_layer + (size_t)il);
+            kv_store_move(kv, il, pos0 + s, st[0], st[1]);
+        }
     ag->pos0 = pos0;
     /* The activations still hold the addresses the last compute gave them,
      * in an allocator's buffer that may have been replaced since (a longer

@@ -647,6 +647,14 @@ bool tsl_llm_token_is_eog(const tsl_model *m, int32_t id) {
  * work next to reading the weights. */
 #define LLM_KV_PAD 256
 
+/* Decode steps in one graph (tsl_llm_generate_greedy): the default, and the
+ * most (each step's argmax is one read-back output). One by default: on the
+ * H200 a token of an 8-step graph costs what a token of one step costs
+ * (the host's work a compute grows with the graph's nodes), and the larger
+ * graph's first computes cost more (bench/RESULTS.md, run 144). */
+#define LLM_DEFAULT_STEPS 1
+#define LLM_MAX_STEPS 32
+
 struct tsl_llm_ctx {
     tsl_model *m;
     tsl_backend *be;      /* computes the graphs: the caller's, or our own CPU backend */
@@ -688,6 +696,7 @@ struct tsl_llm_ctx {
     arch_graph dg;
     bool dg_all;
     bool dg_greedy;      /* built with the logits' argmax, its logits not read back */
+    int32_t dg_steps;    /* decode steps in it (arch_build) */
     uint64_t dg_in_gen;  /* in_gen when its inputs were placed */
     int dg_host_weights; /* its weight reads pointed at the mapping (llm_host_weights) */
     uint64_t in_gen;     /* bumped each time inbuf is allocated */
@@ -701,7 +710,8 @@ tsl_llm_params tsl_llm_default_params(void) {
                             .n_threads = 0,
                             .kv_type = TSL_TYPE_F16,
                             .logits_all = false,
-                            .retry_attempts = 0};
+                            .retry_attempts = 0,
+                            .n_steps = 0};
 }
 
 static size_t llm_round(size_t v, size_t a) { return a > 1 ? (v + a - 1) / a * a : v; }
@@ -712,13 +722,16 @@ static int32_t llm_n_kv(const tsl_llm_ctx *c, int32_t end) {
     return k < c->p.n_ctx ? (int32_t)k : c->p.n_ctx;
 }
 
-/* The inputs of a batch of n tokens attending n_kv positions, in inbuf:
+/* The inputs of a batch of n tokens (rows positions and mask rows: n, or
+ * the steps of a multi-step decode) attending n_kv positions, in inbuf:
  * tokens at 0, positions at *pos_off, the mask at *mask_off. */
-static size_t llm_input_layout(const tsl_llm_ctx *c, int32_t n, int32_t n_kv, size_t *pos_off, size_t *mask_off) {
+static size_t llm_input_layout(const tsl_llm_ctx *c, int32_t n, int32_t rows, int32_t n_kv, size_t *pos_off,
+                               size_t *mask_off) {
     const size_t a = llm_round((size_t)n * sizeof(int32_t), c->in_align);
+    const size_t b = llm_round((size_t)rows * sizeof(int32_t), c->in_align);
     *pos_off = a;
-    *mask_off = 2 * a;
-    return 2 * a + (size_t)n_kv * (size_t)n * sizeof(float);
+    *mask_off = a + b;
+    return a + b + (size_t)n_kv * (size_t)rows * sizeof(float);
 }
 
 /* Room for `need` bytes of graph inputs: the buffer on the backend, the
@@ -767,6 +780,12 @@ tsl_llm_ctx *tsl_llm_ctx_new(tsl_model *m, const tsl_llm_params *params, tsl_err
                   (int)p.n_batch, (int)p.retry_attempts);
         return NULL;
     }
+    if (p.n_steps < 0 || p.n_steps > LLM_MAX_STEPS) {
+        error_set(err, TSL_FAILED, "", "", -1, NULL, NULL, "llm context: n_steps %d is outside 0..%d (0: %d)",
+                  (int)p.n_steps, LLM_MAX_STEPS, LLM_DEFAULT_STEPS);
+        return NULL;
+    }
+    if (p.n_steps == 0) p.n_steps = LLM_DEFAULT_STEPS;
     if (p.n_ctx == 0) p.n_ctx = m->hp.n_ctx_train < LLM_DEFAULT_MAX_CTX ? m->hp.n_ctx_train : LLM_DEFAULT_MAX_CTX;
     if (p.n_ctx > m->hp.n_ctx_train)
         TSL_LOGW("llm context: %d positions, more than the %d the model was trained with; expect worse text past %d",
@@ -926,18 +945,20 @@ static tsl_status llm_sched_compute(tsl_llm_ctx *c, tsl_graph *g, tsl_error *err
  * used (a third of the bound arch_graph_mem gives), falling back to the
  * bound if that is ever short. */
 static tsl_status llm_graph_new(tsl_llm_ctx *c, int32_t n, int32_t pos0, int32_t n_kv, bool all, bool greedy,
-                                tsl_context **pctx, arch_graph *ag, tsl_error *err) {
+                                int32_t steps, tsl_context **pctx, arch_graph *ag, tsl_error *err) {
     const tsl_model *m = c->m;
     const char *bn = tsl_backend_name(c->be), *bd = tsl_backend_device(c->be);
-    const size_t bound = arch_graph_mem(m);
-    tsl_ctx_params cp = {.mem_size = c->graph_mem && c->graph_mem < bound ? c->graph_mem : bound, .no_alloc = true};
+    const size_t bound = arch_graph_mem(m) * (size_t)steps;
+    /* what the last graph used is a guide for one of as many steps */
+    const size_t guess = c->graph_mem * (size_t)steps;
+    tsl_ctx_params cp = {.mem_size = guess && guess < bound ? guess : bound, .no_alloc = true};
     for (;;) {
         tsl_context *ctx = tsl_ctx_new(cp);
         if (!ctx)
             return error_set(err, TSL_ALLOC_FAILED, bn, bd, -1, NULL, NULL, "llm decode: out of memory for the graph");
         memset(ag, 0, sizeof *ag);
-        if (arch_build(m, c->w, c->kv, ctx, n, pos0, n_kv, all, greedy, ag)) {
-            size_t want = tsl_ctx_used(ctx) + tsl_ctx_used(ctx) / 4 + ((size_t)64 << 10);
+        if (arch_build(m, c->w, c->kv, ctx, n, pos0, n_kv, all, greedy, steps, ag)) {
+            size_t want = (tsl_ctx_used(ctx) + tsl_ctx_used(ctx) / 4) / (size_t)steps + ((size_t)64 << 10);
             if (want > c->graph_mem) c->graph_mem = want;
             *pctx = ctx;
             return TSL_SUCCESS;
@@ -962,20 +983,23 @@ static void llm_drop_decode_graph(tsl_llm_ctx *c) {
 
 /* One graph: tokens [pos0, pos0 + n), logits of the last token (or all) into
  * dst; or, with best, only the id of the last token's largest logit into
- * *best (the graph's argmax; its logits stay on the device). A single
+ * *best (the graph's argmax; its logits stay on the device); with steps > 1
+ * (n = 1, best) that many greedy decode steps from tokens[0], at positions
+ * [pos0, pos0 + steps), step s's choice into best[s]. A single
  * token's graph is kept for the next token (arch_move: its
  * activations placed again, a quantized cache's writes moved), as long as
  * its attention span, the logits
  * wanted and the input buffer stay the same: decoding builds a graph once
  * per LLM_KV_PAD positions, not per token. Any failure drops it. */
 static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, bool all,
-                                float *dst, int32_t *best, tsl_error *err) {
+                                float *dst, int32_t *best, int32_t steps, tsl_error *err) {
     const tsl_model *m = c->m;
     double t0 = llm_now();
     tsl_status s = TSL_SUCCESS;
-    const int32_t n_kv = llm_n_kv(c, pos0 + n);
+    const int32_t rows = n + steps - 1;
+    const int32_t n_kv = llm_n_kv(c, pos0 + rows);
     size_t pos_off, mask_off;
-    const size_t in_bytes = llm_input_layout(c, n, n_kv, &pos_off, &mask_off);
+    const size_t in_bytes = llm_input_layout(c, n, rows, n_kv, &pos_off, &mask_off);
     if ((s = llm_inputs_reserve(c, in_bytes, err)) != TSL_SUCCESS) return s;
     tsl_context *ctx = NULL;
     arch_graph ag;
@@ -983,7 +1007,7 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
     const bool greedy = best != NULL;
     if (greedy) all = false;
     const bool reuse = n == 1 && c->dg_ctx && c->dg.n_kv == n_kv && c->dg_all == all && c->dg_greedy == greedy &&
-                       c->dg_in_gen == c->in_gen;
+                       c->dg_steps == steps && c->dg_in_gen == c->in_gen;
     if (reuse) {
         ctx = c->dg_ctx;
         arch_move(c->kv, &c->dg, pos0);
@@ -991,9 +1015,12 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
         c->tm.n_host_weights += c->dg_host_weights;
     } else {
         if (n == 1) llm_drop_decode_graph(c);
-        if ((s = llm_graph_new(c, n, pos0, n_kv, all, greedy, &ctx, &ag, err)) != TSL_SUCCESS) return s;
-        /* read after every compute: the logits, or only their argmax */
-        (greedy ? ag.best : ag.logits)->flags |= TSL_FLAG_READBACK;
+        if ((s = llm_graph_new(c, n, pos0, n_kv, all, greedy, steps, &ctx, &ag, err)) != TSL_SUCCESS) return s;
+        /* read after every compute: the logits, or only their argmax (each step's) */
+        if (greedy)
+            for (int32_t k = 0; k < steps; k++) ag.bests[k]->flags |= TSL_FLAG_READBACK;
+        else
+            ag.logits->flags |= TSL_FLAG_READBACK;
         if (c->devw && !c->dev_only[n > 1]) llm_host_weights(c, ag.g);
         if ((s = tsl_buffer_place(c->inbuf, ag.tokens, 0, err)) != TSL_SUCCESS ||
             (s = tsl_buffer_place(c->inbuf, ag.pos, pos_off, err)) != TSL_SUCCESS ||
@@ -1004,6 +1031,7 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
             c->dg = ag;
             c->dg_all = all;
             c->dg_greedy = greedy;
+            c->dg_steps = steps;
             c->dg_in_gen = c->in_gen;
         }
     }
@@ -1013,11 +1041,11 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
     double t2 = llm_now();
     c->tm.plan_ms += (t2 - t1) * 1e3;
 
-    /* token i sits at position pos0 + i and sees positions 0..pos0 + i */
+    /* token (or step) i sits at position pos0 + i and sees positions 0..pos0 + i */
     memcpy(c->in_host, tokens, (size_t)n * sizeof(int32_t));
     int32_t *pos = (int32_t *)(c->in_host + pos_off);
     float *mask = (float *)(c->in_host + mask_off);
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < rows; i++) {
         float *row = mask + (size_t)i * (size_t)n_kv;
         const int32_t p = pos0 + i;
         for (int32_t j = 0; j < n_kv; j++) row[j] = j <= p ? 0.0f : -INFINITY;
@@ -1054,24 +1082,26 @@ static tsl_status llm_run_batch(tsl_llm_ctx *c, const int32_t *tokens, int32_t n
                          c->tm.n_kernel_retries == 0;
     if (s != TSL_SUCCESS) goto done;
     c->tm.act_buffer = ag.logits->buffer;
-    if (greedy) {
-        s = tsl_tensor_get(ag.best, best, 0, sizeof *best, err);
+    for (int32_t k = 0; greedy && k < steps && s == TSL_SUCCESS; k++) {
+        tsl_tensor *bt = ag.bests[k], *lg = bt->src[0];
+        s = tsl_tensor_get(bt, &best[k], 0, sizeof *best, err);
         /* The argmax's rule is the sampler's: the first of equal largest
          * logits, NaN and -inf never chosen; a row with nothing above -inf
          * gives 0. Only then is the row's first logit read, to tell the
          * two apart: the sampler finds no token there. */
         float l0 = 0.0f;
-        if (s == TSL_SUCCESS && *best == 0 && (s = tsl_tensor_get(ag.logits, &l0, 0, sizeof l0, err)) == TSL_SUCCESS &&
+        if (s == TSL_SUCCESS && best[k] == 0 && (s = tsl_tensor_get(lg, &l0, 0, sizeof l0, err)) == TSL_SUCCESS &&
             !(l0 > -INFINITY))
-            s = error_set(err, TSL_FAILED, tsl_backend_name(c->be), tsl_backend_device(c->be), -1, ag.logits, NULL,
+            s = error_set(err, TSL_FAILED, tsl_backend_name(c->be), tsl_backend_device(c->be), -1, lg, NULL,
                           "llm decode: the logits of the token at position %d have no value above -inf (NaN or "
                           "-inf everywhere): no token can be chosen; the weights or the compute are broken",
-                          (int)(pos0 + n - 1));
-        if (s == TSL_SUCCESS && (*best < 0 || *best >= m->hp.n_vocab))
-            s = error_set(err, TSL_FAILED, tsl_backend_name(c->be), tsl_backend_device(c->be), -1, ag.best, NULL,
-                          "llm decode: the logits' argmax gave %d, outside the vocabulary (%d tokens)", (int)*best,
+                          (int)(pos0 + n - 1 + k));
+        if (s == TSL_SUCCESS && (best[k] < 0 || best[k] >= m->hp.n_vocab))
+            s = error_set(err, TSL_FAILED, tsl_backend_name(c->be), tsl_backend_device(c->be), -1, bt, NULL,
+                          "llm decode: the logits' argmax gave %d, outside the vocabulary (%d tokens)", (int)best[k],
                           (int)m->hp.n_vocab);
-    } else {
+    }
+    if (!greedy) {
         s = tsl_tensor_get(ag.logits, dst, 0, (size_t)ag.n_out * (size_t)m->hp.n_vocab * sizeof(float), err);
     }
     c->tm.output_ms += (llm_now() - t4) * 1e3;
@@ -1085,6 +1115,18 @@ done:
 }
 
 static tsl_status llm_rebuild(tsl_llm_ctx *c, tsl_error *err);
+
+/* Before a decode: fresh timings; after a recovery (ours or another
+ * context's on the same device), which zeroed the weights it could not
+ * restore by itself and the cache, upload the former again and re-run the
+ * history into the latter. */
+static tsl_status llm_prepare(tsl_llm_ctx *c, tsl_error *err) {
+    memset(&c->tm, 0, sizeof c->tm);
+    tsl_status ws = llm_devw_ensure(c->m, c->devw, tsl_buffer_is_lost(c->kv->buf), err);
+    if (ws != TSL_SUCCESS) return ws;
+    if (tsl_buffer_is_lost(c->kv->buf)) c->need_rebuild = true;
+    return c->need_rebuild ? llm_rebuild(c, err) : TSL_SUCCESS;
+}
 
 static tsl_status llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, int32_t *best, tsl_error *err) {
     tsl_error_clear(err);
@@ -1103,17 +1145,8 @@ static tsl_status llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, i
             return error_set(err, TSL_FAILED, bn, bd, -1, NULL, NULL,
                              "llm decode: token %d (at index %d) is outside the vocabulary (%d tokens)",
                              (int)tokens[i], (int)i, (int)nv);
-    memset(&c->tm, 0, sizeof c->tm);
-    /* a recovery (ours or another context's on the same device) zeroed the
-     * weights it could not restore by itself, and the cache: upload the
-     * former again, re-run the history into the latter, then go on */
-    tsl_status ws = llm_devw_ensure(c->m, c->devw, tsl_buffer_is_lost(c->kv->buf), err);
-    if (ws != TSL_SUCCESS) return ws;
-    if (tsl_buffer_is_lost(c->kv->buf)) c->need_rebuild = true;
-    if (c->need_rebuild) {
-        tsl_status s = llm_rebuild(c, err);
-        if (s != TSL_SUCCESS) return s;
-    }
+    tsl_status ps = llm_prepare(c, err);
+    if (ps != TSL_SUCCESS) return ps;
     const bool all = c->p.logits_all && !best;
     const size_t n_out = all ? (size_t)n : 1;
     if (!best && !llm_grow((void **)&c->logits, &c->logits_cap, n_out * (size_t)nv, sizeof(float)))
@@ -1123,7 +1156,7 @@ static tsl_status llm_decode(tsl_llm_ctx *c, const int32_t *tokens, int32_t n, i
     for (int32_t off = 0; off < n; off += c->p.n_batch) {
         const int32_t nb = n - off < c->p.n_batch ? n - off : c->p.n_batch;
         float *dst = best ? NULL : all ? c->logits + (size_t)off * (size_t)nv : c->logits;
-        tsl_status s = llm_run_batch(c, tokens + off, nb, c->n_past, all, dst, best, err);
+        tsl_status s = llm_run_batch(c, tokens + off, nb, c->n_past, all, dst, best, 1, err);
         if (s != TSL_SUCCESS) {
             c->n_past = start; /* the batch's cache entries are not counted */
             /* the device's memory (this cache) does not survive its loss */
@@ -1155,6 +1188,55 @@ tsl_status tsl_llm_decode_greedy(tsl_llm_ctx *c, const int32_t *tokens, int32_t 
     tsl_status s = llm_decode(c, tokens, n, &id, err);
     if (s == TSL_SUCCESS) *next = id;
     return s;
+}
+
+tsl_status tsl_llm_generate_greedy(tsl_llm_ctx *c, int32_t token, int32_t n, int32_t *out, tsl_error *err) {
+    tsl_error_clear(err);
+    if (!c) return error_set(err, TSL_FAILED, "", "", -1, NULL, NULL, "llm generate_greedy: no context");
+    const char *bn = tsl_backend_name(c->be), *bd = tsl_backend_device(c->be);
+    c->n_logits = 0;
+    if (!out)
+        return error_set(err, TSL_FAILED, bn, bd, -1, NULL, NULL,
+                         "llm generate_greedy: no place for the tokens (out is NULL)");
+    if (n < 1)
+        return error_set(err, TSL_FAILED, bn, bd, -1, NULL, NULL, "llm generate_greedy: no tokens asked for (n = %d)",
+                         (int)n);
+    for (int32_t i = 0; i < n; i++) out[i] = -1;
+    if (n > c->p.n_ctx - c->n_past)
+        return error_set(err, TSL_FAILED, bn, bd, -1, NULL, NULL,
+                         "llm generate_greedy: %d tokens do not fit in the context: %d of %d positions left", (int)n,
+                         (int)(c->p.n_ctx - c->n_past), (int)c->p.n_ctx);
+    if (token < 0 || token >= c->m->hp.n_vocab)
+        return error_set(err, TSL_FAILED, bn, bd, -1, NULL, NULL,
+                         "llm generate_greedy: token %d is outside the vocabulary (%d tokens)", (int)token,
+                         (int)c->m->hp.n_vocab);
+    tsl_status s = llm_prepare(c, err);
+    if (s != TSL_SUCCESS) return s;
+    const int32_t start = c->n_past;
+    int32_t cur = token;
+    for (int32_t done = 0; done < n;) {
+        const int32_t pos = c->n_past;
+        int32_t k = n - done < c->p.n_steps ? n - done : c->p.n_steps;
+        /* no step attends more positions than its single-token decode
+         * would: the chunk stays in pos's attention span */
+        const int32_t span = llm_n_kv(c, pos + 1);
+        if (pos + k > span) k = span - pos;
+        s = llm_run_batch(c, &cur, 1, pos, false, NULL, out + done, k, err);
+        if (s != TSL_SUCCESS) {
+            c->n_past = start; /* all or nothing, as a decode */
+            if (s == TSL_DEVICE_LOST) c->need_rebuild = true;
+            for (int32_t i = 0; i < n; i++) out[i] = -1;
+            return s;
+        }
+        for (int32_t i = 0; i < k; i++) {
+            c->history[pos + i] = i == 0 ? cur : out[done + i - 1];
+            c->hbatch[pos + i] = 1; /* each a batch of one: a rebuild replays it as one */
+        }
+        c->n_past += k;
+        cur = out[done + k - 1];
+        done += k;
+    }
+    return TSL_SUCCESS;
 }
 
 const float *tsl_llm_logits(const tsl_llm_ctx *c, int32_t i) {

@@ -204,25 +204,32 @@ tsl_backend *llm_ctx_fallback(const tsl_llm_ctx *c);
 typedef struct arch_graph {
     tsl_graph *g;
     tsl_tensor *tokens; /* I32 [n] input */
-    tsl_tensor *pos;    /* I32 [n] input */
-    tsl_tensor *mask;   /* F32 [n_kv, n] input: 0 or -inf */
+    tsl_tensor *pos;    /* I32 [n + steps - 1] input */
+    tsl_tensor *mask;   /* F32 [n_kv, n + steps - 1] input: 0 or -inf */
     tsl_tensor *logits; /* F32 [n_vocab, n_out] output */
-    tsl_tensor *best;   /* I32 [1]: the logits' argmax, when built greedy (else NULL) */
-    tsl_tensor **store; /* the cache writes: cpy_k, cpy_v of each layer (kv_store) */
+    tsl_tensor *best;   /* I32 [1]: the (last step's) logits' argmax, when built greedy (else NULL) */
+    tsl_tensor **bests; /* greedy: each step's argmax, steps of them (bests[steps - 1] is best) */
+    tsl_tensor **store; /* the cache writes: cpy_k, cpy_v of each layer (kv_store), step by step */
     int32_t n_kv, n_out, pos0;
+    int32_t steps; /* decode steps in the graph (arch_build) */
 } arch_graph;
 
-/* Metadata bytes a compute context needs for one graph of this model. */
+/* Metadata bytes a compute context needs for one graph (one step) of this model. */
 size_t arch_graph_mem(const tsl_model *m);
 /* Build the forward graph of n tokens at positions [pos0, pos0 + n) in ctx
  * (no_alloc), reading weights w (the model's or a device copy). Attention
  * spans the first n_kv cache positions (pos0 + n <= n_kv <= the cache's
  * size; positions past pos0 + n are masked out by the caller's mask). n_out
  * is 1 (the last token's logits) or n. greedy adds the argmax of the last
- * token's logits (out->best; n_out is then 1). Returns false with the ctx
- * error set when something does not fit. */
+ * token's logits (out->best; n_out is then 1). steps > 1 (greedy, n = 1)
+ * chains that many decode steps in one graph: step s at position pos0 + s
+ * embeds step s - 1's argmax (the first, the tokens input), reads row s of
+ * the positions and the mask (both then have n + steps - 1 rows; n_kv >=
+ * pos0 + steps), and writes the cache at its position; each step's argmax
+ * is out->bests[s]. Returns false with the ctx error set when something
+ * does not fit. */
 bool arch_build(const tsl_model *m, const llm_weights *w, const llm_kv *kv, tsl_context *ctx, int32_t n,
-                int32_t pos0, int32_t n_kv, bool all_logits, bool greedy, arch_graph *out);
+                int32_t pos0, int32_t n_kv, bool all_logits, bool greedy, int32_t steps, arch_graph *out);
 /* Make graph ag (built for some position) the graph of the same number of
  * tokens at pos0, with the same attention span: only where its tokens'
  * keys and values are written changes (kv_store_move). */

@@ -127,7 +127,7 @@
 #ifndef VK_XFER_SLOTS
 #define VK_XFER_SLOTS 3 /* staging chunks in flight: one filled by the host while the others copy */
 #define VK_XFER_ASYNC_MAX ((size_t)256 << 10) /* uploads up to this size return before the copy is done */
-#define VK_RB_MAX 4                          /* TSL_FLAG_READBACK outputs copied back by one compute */
+#define VK_RB_MAX 32                         /* TSL_FLAG_READBACK outputs copied back by one compute (a step's argmax each) */
 #define VK_RB_MAX_BYTES ((size_t)16 << 20)   /* ... in at most this many bytes */
 #endif
 #define VK_XFER_THREADS 4                  /* host threads moving a chunk into or out of staging */
@@ -872,18 +872,31 @@ static bool vk_fuse_norm_rope(vk_backend *be, const tsl_tensor *const *keys, con
  * (rms_norm_mul) or absorbs the second (a mat-vec storing r + its result).
  * Likewise attention's three nodes (vk_attn_fusable) into attn_dec.
  * Off with TSL_VULKAN_FUSE=0. Returns the new number of execs. */
+/* Slots of an open-addressed table for up to two keys an exec of n execs:
+ * a power of two at least four times the keys, so probes stay short. */
+static size_t vk_table_size(int n) {
+    size_t s = 1024;
+    while (s < 8 * (size_t)(n > 0 ? n : 1) + 16) s *= 2;
+    return s;
+}
+
 static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     if (be->no_fuse || n < 2) return n;
     VkPipeline rn_pipe[3] = {VK_NULL_HANDLE, VK_NULL_HANDLE, VK_NULL_HANDLE};
     bool rn_failed[3] = {false, false, false};
     vk_device *d = be->dev;
-    /* the candidates' first nodes, in a small open-addressed set with their
-     * use counts */
-    enum { SET = 1024 };
-    const tsl_tensor *keys[SET];
-    int uses[SET], nc = 0;
-    memset(keys, 0, sizeof keys);
-    for (int k = 0; k + 1 < n && nc < SET / 2 - 1; k++) {
+    /* the candidates' first nodes (at most two an exec), in an
+     * open-addressed set with their use counts, sized to the graph: a
+     * graph of several decode steps has them all fused */
+    const size_t SET = vk_table_size(n);
+    const tsl_tensor **keys = calloc(SET, sizeof *keys);
+    int *uses = calloc(SET, sizeof *uses), nc = 0;
+    if (!keys || !uses) { /* no fusion: the nodes apart are always right */
+        free(keys);
+        free(uses);
+        return n;
+    }
+    for (int k = 0; k + 1 < n && (size_t)nc < SET / 2 - 1; k++) {
         const bool attn = k + 2 < n && vk_attn_fusable(d, &be->exec[k], &be->exec[k + 1], &be->exec[k + 2]) >= 0;
         const int kind = attn ? 0 : vk_fusable(&be->exec[k], &be->exec[k + 1]);
         if (!attn && !kind) continue;
@@ -1075,6 +1088,8 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
         if (w != k) be->exec[w] = *x;
         w++;
     }
+    free(keys);
+    free(uses);
     return w;
 }
 
@@ -1091,18 +1106,40 @@ static bool vk_part_of(const tsl_tensor *t, const tsl_tensor *root, size_t offs,
  * however many of its sources do; the views themselves are not readers,
  * and a node that is not a view yet lies in the root's memory counts as
  * one), and `out` says whether it or a view of it is a graph output. The
- * roots sit in a small open-addressed table keyed by address. */
-enum { VK_RC_SET = 512, VK_RC_MAX = VK_RC_SET / 2 - 1 };
+ * roots sit in an open-addressed table keyed by address, sized to the
+ * graph's execs (vk_table_size). */
 typedef struct vk_rcount {
-    const tsl_tensor *key[VK_RC_SET];
-    int n[VK_RC_SET];
-    bool out[VK_RC_SET];
+    size_t set; /* slots */
+    const tsl_tensor **key;
+    int *n;
+    bool *out;
     int used;
 } vk_rcount;
 
+/* A table for the roots of n execs (NULL: no memory). */
+static vk_rcount *vk_rc_new(int n) {
+    const size_t set = vk_table_size(n);
+    vk_rcount *rc = calloc(1, sizeof *rc);
+    if (rc) {
+        rc->set = set;
+        rc->key = calloc(set, sizeof *rc->key);
+        rc->n = calloc(set, sizeof *rc->n);
+        rc->out = calloc(set, sizeof *rc->out);
+    }
+    if (rc && (!rc->key || !rc->n || !rc->out)) {
+        free(rc->key), free(rc->n), free(rc->out), free(rc);
+        rc = NULL;
+    }
+    return rc;
+}
+
+static void vk_rc_free(vk_rcount *rc) {
+    if (rc) free(rc->key), free(rc->n), free(rc->out), free(rc);
+}
+
 static int vk_rc_slot(const vk_rcount *rc, const tsl_tensor *t) {
-    size_t h = ((uintptr_t)t >> 4) % VK_RC_SET;
-    while (rc->key[h] && rc->key[h] != t) h = (h + 1) % VK_RC_SET;
+    size_t h = ((uintptr_t)t >> 4) % rc->set;
+    while (rc->key[h] && rc->key[h] != t) h = (h + 1) % rc->set;
     return (int)h;
 }
 
@@ -1110,7 +1147,7 @@ static int vk_rc_slot(const vk_rcount *rc, const tsl_tensor *t) {
 static bool vk_rc_add(vk_rcount *rc, const tsl_tensor *t) {
     const int h = vk_rc_slot(rc, t);
     if (rc->key[h]) return true;
-    if (rc->used >= VK_RC_MAX) return false;
+    if ((size_t)rc->used >= rc->set / 2 - 1) return false;
     rc->key[h] = t;
     rc->n[h] = 0;
     rc->out[h] = (t->flags & TSL_FLAG_OUTPUT) != 0;
@@ -1273,7 +1310,7 @@ static int vk_fuse_qkv_ropes(vk_backend *be, const tsl_graph *g, int n) {
     vk_device *d = be->dev;
     VkPipeline pipes[2] = {VK_NULL_HANDLE, VK_NULL_HANDLE};
     bool failed[2] = {false, false};
-    vk_rcount *rc = calloc(1, sizeof *rc);
+    vk_rcount *rc = vk_rc_new(n);
     if (!rc) return n; /* no fusion: the nodes apart are always right */
     int w = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -1298,7 +1335,7 @@ static int vk_fuse_qkv_ropes(vk_backend *be, const tsl_graph *g, int n) {
             w++;
         }
     }
-    free(rc);
+    vk_rc_free(rc);
     return w;
 }
 
@@ -1421,7 +1458,7 @@ static int vk_fuse_norms(vk_backend *be, const tsl_graph *g, int n) {
     VkPipeline pipes[8] = {VK_NULL_HANDLE};
     bool failed[8] = {false};
     bool any = false;
-    vk_rcount *rc = calloc(1, sizeof *rc);
+    vk_rcount *rc = vk_rc_new(n);
     if (!rc) return n; /* no fusion: the norms apart are always right */
     for (int k = 1; k + 1 < n; k++) vk_norm_into(be, rc, true, k, n, pipes, failed);
     vk_rc_count(rc, g);
@@ -1430,7 +1467,7 @@ static int vk_fuse_norms(vk_backend *be, const tsl_graph *g, int n) {
             be->exec[k].kernel = -1; /* the norm: dropped below */
             any = true;
         }
-    free(rc);
+    vk_rc_free(rc);
     if (!any) return n;
     int w = 0;
     for (int k = 0; k < n; k++) {

@@ -421,6 +421,132 @@ static void test_decode_greedy(void) {
     tsl_backend_free(be);
 }
 
+/* tsl_llm_generate_greedy: several decode steps to a graph give the tokens,
+ * history and cache of one tsl_llm_decode_greedy call per token, bit for
+ * bit, whatever the steps per graph and however the calls are cut, across
+ * an attention span's boundary (256 positions); bad arguments, a device
+ * lost in the middle and a rebuild after it. */
+static tsl_llm_ctx *steps_ctx(tsl_model *m, tsl_backend *be, int n_ctx, int steps) {
+    tsl_llm_params p = tsl_llm_default_params();
+    p.backend = be;
+    p.n_ctx = n_ctx;
+    p.n_batch = 4;
+    p.n_steps = steps;
+    tsl_error err;
+    tsl_llm_ctx *c = tsl_llm_ctx_new(m, &p, &err);
+    if (!c) fprintf(stderr, "ctx: %s\n", err.message);
+    return c;
+}
+
+enum { GEN_N = 262 }; /* from position 11 past 256 */
+
+static void test_generate_greedy(void) {
+    /* qwen2's tiny shape ties its output to the embeddings: greedy repeats the token */
+    synth_params sp = tiny_params(TSL_ARCH_QWEN3, TSL_TYPE_Q8_0);
+    CHECK(write_model(&sp, tpath("gen.gguf")));
+    tsl_model *m = load(tpath("gen.gguf"));
+    if (!m) {
+        CHECK(m != NULL);
+        return;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    tsl_backend *be = tsl_backend_cpu_new(2, NULL);
+    tsl_error err;
+    /* the reference: one decode_greedy call a token */
+    static int32_t ref[GEN_N], got[GEN_N];
+    tsl_llm_ctx *r = steps_ctx(m, be, 300, 1);
+    int32_t first = -1;
+    CHECK(r && tsl_llm_decode_greedy(r, PROMPT, 11, &first, &err) == TSL_SUCCESS);
+    int32_t id = first;
+    for (int i = 0; r && i < GEN_N; i++) {
+        CHECK(tsl_llm_decode_greedy(r, &id, 1, &ref[i], &err) == TSL_SUCCESS);
+        id = ref[i];
+    }
+    int distinct = 0;
+    for (int i = 0; i < 20; i++) {
+        bool seen = false;
+        for (int j = 0; j < i; j++) seen = seen || ref[j] == ref[i];
+        distinct += !seen;
+    }
+    CHECKF(distinct >= 4, "the reference repeats itself: %d distinct tokens in 20", distinct);
+    CHECK(r && tsl_llm_decode(r, &ref[GEN_N - 1], 1, &err) == TSL_SUCCESS);
+
+    /* several steps a graph; calls cut at 3, then 17, then the rest */
+    const int steps[] = {8, 5, 32, 1};
+    const int cuts[] = {3, 20, GEN_N};
+    for (int k = 0; k < 4; k++) {
+        tsl_llm_ctx *c = steps_ctx(m, be, 300, steps[k]);
+        int32_t f = -1;
+        CHECK(c && tsl_llm_decode_greedy(c, PROMPT, 11, &f, &err) == TSL_SUCCESS && f == first);
+        int at = 0;
+        for (int j = 0; c && j < 3; j++) {
+            const int32_t tok = at == 0 ? f : got[at - 1];
+            const tsl_status st = tsl_llm_generate_greedy(c, tok, cuts[j] - at, got + at, &err);
+            CHECKF(st == TSL_SUCCESS, "steps %d, tokens %d..%d: %s", steps[k], at, cuts[j], err.message);
+            at = cuts[j];
+            CHECK(tsl_llm_n_past(c) == 11 + at && tsl_llm_n_logits(c) == 0);
+        }
+        CHECKF(!memcmp(got, ref, sizeof ref), "steps %d: the tokens differ from one decode a token", steps[k]);
+        CHECK(c && !memcmp(tsl_llm_history(c), tsl_llm_history(r), (11 + GEN_N) * sizeof(int32_t)));
+        /* the cache too: the next token's logits, bit for bit */
+        CHECK(c && tsl_llm_decode(c, &got[GEN_N - 1], 1, &err) == TSL_SUCCESS);
+        CHECKF(c && !memcmp(tsl_llm_logits(c, -1), tsl_llm_logits(r, -1), (size_t)nv * sizeof(float)),
+               "steps %d: the logits after generation differ", steps[k]);
+        tsl_llm_ctx_free(c);
+    }
+
+    /* bad arguments change nothing */
+    tsl_llm_ctx *c = steps_ctx(m, be, 40, 0);
+    CHECK(c && tsl_llm_decode(c, PROMPT, 11, &err) == TSL_SUCCESS);
+    int32_t out[40];
+    CHECK(tsl_llm_generate_greedy(c, 5, 4, NULL, &err) == TSL_FAILED);
+    CHECK_STR_CONTAINS(err.message, "out is NULL");
+    out[0] = 7;
+    CHECK(tsl_llm_generate_greedy(c, 5, 0, out, &err) == TSL_FAILED && out[0] == 7);
+    CHECK_STR_CONTAINS(err.message, "n = 0");
+    CHECK(tsl_llm_generate_greedy(c, nv, 2, out, &err) == TSL_FAILED && out[0] == -1 && out[1] == -1);
+    CHECK_STR_CONTAINS(err.message, "outside the vocabulary");
+    CHECK(tsl_llm_generate_greedy(c, 5, 30, out, &err) == TSL_FAILED);
+    CHECK_STR_CONTAINS(err.message, "29 of 40 positions left");
+    CHECK(tsl_llm_generate_greedy(NULL, 5, 3, out, &err) == TSL_FAILED);
+    CHECK(tsl_llm_n_past(c) == 11);
+    CHECK(tsl_llm_generate_greedy(c, first, 29, out, &err) == TSL_SUCCESS && tsl_llm_n_past(c) == 40);
+    CHECK(!memcmp(out, ref, 29 * sizeof(int32_t)));
+    tsl_llm_ctx_free(c);
+    tsl_llm_params bp = tsl_llm_default_params();
+    bp.backend = be;
+    bp.n_steps = 33;
+    CHECK(tsl_llm_ctx_new(m, &bp, &err) == NULL);
+    CHECK_STR_CONTAINS(err.message, "n_steps 33 is outside 0..32");
+
+    /* a device lost in the middle (the third graph): nothing counted;
+     * after recovery the same call rebuilds the cache and gives the same
+     * tokens; a rebuild after generation replays it bit for bit */
+    tsl_backend *lbe = tsl_backend_cpu_new(2, NULL);
+    c = steps_ctx(m, lbe, 300, 8);
+    int32_t f = -1;
+    /* the prompt's three batches are computes 1 to 3 */
+    CHECK(c && tsl_llm_decode_greedy(c, PROMPT, 11, &f, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_inject(lbe, "lost@compute=6", &err) == TSL_SUCCESS);
+    for (int i = 0; i < 40; i++) got[i] = 9;
+    CHECK(tsl_llm_generate_greedy(c, f, 40, got, &err) == TSL_DEVICE_LOST);
+    CHECK(tsl_llm_n_past(c) == 11 && got[0] == -1 && got[39] == -1);
+    CHECK(tsl_backend_injected(lbe, TSL_FAULT_LOST) == 1);
+    tsl_backend_inject_clear(lbe);
+    CHECK(tsl_backend_recover(lbe, &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_generate_greedy(c, f, 40, got, &err) == TSL_SUCCESS && tsl_llm_n_past(c) == 51);
+    CHECK(!memcmp(got, ref, 40 * sizeof(int32_t)));
+    CHECK(tsl_llm_rebuild(c, &err) == TSL_SUCCESS && tsl_llm_n_past(c) == 51);
+    CHECK(tsl_llm_truncate(r, 51, &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_decode(c, &got[39], 1, &err) == TSL_SUCCESS && tsl_llm_decode(r, &ref[39], 1, &err) == TSL_SUCCESS);
+    CHECK(!memcmp(tsl_llm_logits(c, -1), tsl_llm_logits(r, -1), (size_t)nv * sizeof(float)));
+    tsl_llm_ctx_free(c);
+    tsl_llm_ctx_free(r);
+    tsl_backend_free(lbe);
+    tsl_backend_free(be);
+    tsl_model_free(m);
+}
+
 static void expect_load_error(const char *path, const char *must1, const char *must2) {
     tsl_error err;
     tsl_model_params mp = tsl_model_default_params();
@@ -782,6 +908,7 @@ int main(void) {
     RUN(test_info_and_tokenizer);
     RUN(test_generation_deterministic);
     RUN(test_decode_greedy);
+    RUN(test_generate_greedy);
     RUN(test_bad_files);
     RUN(test_decode_arguments);
     RUN(test_fault_paths);

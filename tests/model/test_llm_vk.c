@@ -995,6 +995,169 @@ out:
     unlink(path);
 }
 
+/* tsl_llm_generate_greedy on the device: n_steps decode steps in one
+ * compute, each step embedding the last one's argmax on the device, give
+ * the tokens and the cache of one tsl_llm_decode_greedy a token (bit for
+ * bit: the next logits equal), across a 256-position window; a kept graph
+ * of 8 steps is one compute, replayed as recorded, 8 ids read from the
+ * compute's own copy, and 8 single-token decodes' dispatches; a device lost
+ * in a generation is recovered and the generation ends as the fault-free
+ * one. */
+static tsl_llm_ctx *steps_ctx(tsl_model *m, tsl_backend *be, int n_ctx, int steps) {
+    tsl_llm_params p = tsl_llm_default_params();
+    p.backend = be;
+    p.n_ctx = n_ctx;
+    p.n_batch = 8;
+    p.n_threads = 2;
+    p.n_steps = steps;
+    tsl_error err;
+    tsl_llm_ctx *c = tsl_llm_ctx_new(m, &p, &err);
+    if (!c) fprintf(stderr, "ctx: %s\n", err.message);
+    return c;
+}
+
+static void test_generate_steps(void) {
+    enum { N = 264 }; /* from position 12 past 256 */
+    const char *path = tpath("gen_vk.gguf");
+    CHECK(write_tiny(path, TSL_ARCH_LLAMA, TSL_TYPE_Q8_0, 0));
+    tsl_model *m = load(path);
+    tsl_backend *be = vk_new();
+    tsl_llm_ctx *r = m && be ? steps_ctx(m, be, 300, 1) : NULL;
+    tsl_llm_ctx *c = r ? steps_ctx(m, be, 300, 8) : NULL, *c32 = NULL;
+    if (!c) {
+        CHECK(c != NULL);
+        goto out;
+    }
+    const int nv = tsl_model_get_info(m)->n_vocab;
+    static int32_t ref[N], got[N];
+    tsl_error err;
+    tsl_vulkan_stats s0, s1;
+    int32_t first = -1, f = -1;
+    CHECK(tsl_llm_decode_greedy(r, PROMPT, N_PROMPT, &first, &err) == TSL_SUCCESS);
+    int32_t id = first;
+    uint64_t single = 0, single_barriers = 0;
+    for (int i = 0; i < N; i++) {
+        if (i == 3) tsl_backend_vulkan_stats(be, &s0);
+        CHECKF(tsl_llm_decode_greedy(r, &id, 1, &ref[i], &err) == TSL_SUCCESS, "token %d: %s", i, err.message);
+        if (i == 3) {
+            tsl_backend_vulkan_stats(be, &s1);
+            single = s1.dispatches - s0.dispatches;
+            single_barriers = s1.barriers - s0.barriers;
+        }
+        id = ref[i];
+    }
+    CHECK(tsl_llm_decode(r, &ref[N - 1], 1, &err) == TSL_SUCCESS);
+
+    CHECK(tsl_llm_decode_greedy(c, PROMPT, N_PROMPT, &f, &err) == TSL_SUCCESS && f == first);
+    /* 12 + 8 + 8 + 8: the graph of 8 steps built (its commands split
+     * over several command buffers), kept and recorded once more into one,
+     * then replayed as recorded */
+    CHECK(tsl_llm_generate_greedy(c, f, 8, got, &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_generate_greedy(c, got[7], 8, got + 8, &err) == TSL_SUCCESS);
+    tsl_backend_vulkan_stats(be, &s0);
+    CHECK(tsl_llm_generate_greedy(c, got[15], 8, got + 16, &err) == TSL_SUCCESS);
+    tsl_backend_vulkan_stats(be, &s1);
+    CHECKF(s1.computes - s0.computes == 1, "%llu computes for 8 steps", (unsigned long long)(s1.computes - s0.computes));
+    CHECKF(s1.replays - s0.replays == 1, "%llu replays", (unsigned long long)(s1.replays - s0.replays));
+    CHECKF(s1.readback_reads - s0.readback_reads == 8, "%llu reads from the compute's copy for 8 steps",
+           (unsigned long long)(s1.readback_reads - s0.readback_reads));
+    CHECKF(s1.dispatches - s0.dispatches == 8 * single, "%llu dispatches for 8 steps, %llu for one decode",
+           (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)single);
+    /* a device lost in the middle: nothing counted, then recovered */
+    CHECK(tsl_backend_inject(be, "lost@times=1", &err) == TSL_SUCCESS);
+    CHECK(tsl_llm_generate_greedy(c, got[23], 20, got + 24, &err) == TSL_DEVICE_LOST);
+    CHECK(tsl_llm_n_past(c) == N_PROMPT + 24 && got[24] == -1);
+    tsl_backend_inject_clear(be);
+    CHECK(tsl_backend_recover(be, &err) == TSL_SUCCESS);
+    CHECKF(tsl_llm_generate_greedy(c, got[23], N - 24, got + 24, &err) == TSL_SUCCESS, "%s", err.message);
+    CHECK(!memcmp(got, ref, sizeof ref));
+    CHECK(tsl_llm_n_past(c) == N_PROMPT + N && !memcmp(tsl_llm_history(c), tsl_llm_history(r), (N_PROMPT + N) * 4));
+    CHECK(tsl_llm_decode(c, &got[N - 1], 1, &err) == TSL_SUCCESS);
+    CHECK(!memcmp(tsl_llm_logits(c, -1), tsl_llm_logits(r, -1), (size_t)nv * sizeof(float)));
+
+    /* 32 steps, a graph of ~1300 nodes: every step's kernels fused as a
+     * single decode's (the fusions' tables sized to the graph), one level
+     * more a step at most (its embedding waits on the argmax before) */
+    c32 = steps_ctx(m, be, 300, 32);
+    if (!c32) {
+        CHECK(c32 != NULL);
+        goto out;
+    }
+    CHECK(tsl_llm_decode_greedy(c32, PROMPT, N_PROMPT, &f, &err) == TSL_SUCCESS && f == first);
+    memset(got, 0xff, sizeof got);
+    for (int i = 0; i < 3; i++) {
+        if (i == 2) tsl_backend_vulkan_stats(be, &s0);
+        CHECKF(tsl_llm_generate_greedy(c32, i ? got[32 * i - 1] : f, 32, got + 32 * i, &err) == TSL_SUCCESS, "%s",
+               err.message);
+    }
+    tsl_backend_vulkan_stats(be, &s1);
+    CHECK(!memcmp(got, ref, 96 * sizeof *got));
+    CHECKF(s1.replays - s0.replays == 1, "%llu replays of the 32-step graph", (unsigned long long)(s1.replays - s0.replays));
+    CHECKF(s1.dispatches - s0.dispatches == 32 * single, "%llu dispatches for 32 steps, %llu for one decode",
+           (unsigned long long)(s1.dispatches - s0.dispatches), (unsigned long long)single);
+    CHECKF(s1.barriers - s0.barriers <= 32 * (single_barriers + 1), "%llu barriers for 32 steps, %llu for one decode",
+           (unsigned long long)(s1.barriers - s0.barriers), (unsigned long long)single_barriers);
+out:
+    tsl_llm_ctx_free(c32);
+    tsl_llm_ctx_free(c);
+    tsl_llm_ctx_free(r);
+    tsl_model_free(m);
+    tsl_backend_free(be);
+    unlink(path);
+}
+
+/* A deep model's decode is fused in every layer: the dispatches of a
+ * decoded token grow by the same count a layer from 2 to 4 to 80 layers
+ * (the fusion passes' tables sized to the graph; tables of a fixed size
+ * left the layers past ~46 unfused), and the 80-layer model's logits agree
+ * with the CPU's. */
+static uint64_t deep_dispatches(tsl_backend *be, tsl_backend *cpu, int n_layer) {
+    enum { STEPS = 2 };
+    const char *path = tpath("deep.gguf");
+    synth_shape sh = *synth_find_shape("tiny");
+    sh.n_layer = n_layer;
+    uint64_t d = 0;
+    tsl_model *m = write_shape(path, sh, TSL_TYPE_Q8_0, 11, 0) ? load(path) : NULL;
+    tsl_llm_ctx *c = m ? new_ctx(m, be, 64, 16, false) : NULL;
+    const int nv = m ? tsl_model_get_info(m)->n_vocab : 0;
+    float *l = malloc((size_t)STEPS * (size_t)(nv > 0 ? nv : 1) * sizeof(float));
+    /* the dispatches of the third token, replayed as recorded (the first
+     * decode graph's commands are split over several command buffers,
+     * whose boundaries no fusion crosses) */
+    tsl_vulkan_stats s0, s1;
+    tsl_error err;
+    if (c && l && decode_steps(be, c, STEPS, nv, l, &d, NULL) && tsl_backend_vulkan_stats(be, &s0) == TSL_SUCCESS &&
+        tsl_llm_decode(c, PROMPT + STEPS, 1, &err) == TSL_SUCCESS && tsl_backend_vulkan_stats(be, &s1) == TSL_SUCCESS) {
+        d = s1.dispatches - s0.dispatches;
+        if (n_layer > 4) cpu_agrees(m, cpu, STEPS, l, nv);
+    } else {
+        CHECKF(false, "%d layers: no decode", n_layer);
+        d = 0;
+    }
+    free(l);
+    tsl_llm_ctx_free(c);
+    tsl_model_free(m);
+    unlink(path);
+    return d;
+}
+
+static void test_deep_fusion(void) {
+    tsl_backend *be = vk_new();
+    tsl_backend *cpu = tsl_backend_cpu_new(2, NULL);
+    if (be && cpu) {
+        const uint64_t d2 = deep_dispatches(be, cpu, 2), d4 = deep_dispatches(be, cpu, 4),
+                       d80 = deep_dispatches(be, cpu, 80);
+        const uint64_t layer = d4 > d2 ? (d4 - d2) / 2 : 0;
+        CHECKF(layer > 0 && d4 - d2 == 2 * layer && d80 == d2 + 78 * layer,
+               "dispatches of a token: %llu with 2 layers, %llu with 4, %llu with 80 (%llu a layer)",
+               (unsigned long long)d2, (unsigned long long)d4, (unsigned long long)d80, (unsigned long long)layer);
+    } else {
+        CHECK(be != NULL && cpu != NULL);
+    }
+    tsl_backend_free(be);
+    tsl_backend_free(cpu);
+}
+
 /* ---- steady-state decode ----------------------------------------------------------------- */
 
 /* Decoding token by token allocates nothing on the device and moves only
@@ -1246,6 +1409,8 @@ int main(void) {
         RUN(test_weight_op_fallback);
         RUN(test_steady_decode);
         RUN(test_greedy_in_graph);
+        RUN(test_generate_steps);
+        RUN(test_deep_fusion);
         rc = test_summary();
     }
     char cmd[128];

@@ -221,6 +221,14 @@ def main():
                         n_checked += 1
                     print(f"  greedy: {n_checked} of {len(gen)} tokens checked against the reference", flush=True)
                     check(n_checked >= min(4, len(gen)), "too few greedy tokens could be checked")
+            # several decode steps to a graph (here 16 tokens are 1 + 8 + 7
+            # and 1 + 5 + 5 + 5) give what one a graph (the default) gives; a
+            # device lost in the second 8-step graph is recovered and gives
+            # them too
+            if j1:
+                greedy_steps_agree(model, j1, run, "greedy")
+        clean_exit_failure(run(model, "--temp", "0", "--steps", "0"), "--steps 0", r"--steps")
+        clean_exit_failure(run(model, "--temp", "0", "--steps", "33"), "--steps 33", r"--steps.*1\.\.32")
 
         # --- bad model files
         clean_exit_failure(run(os.path.join(tmp, "missing.gguf")), "missing model file", r"missing\.gguf")
@@ -267,6 +275,25 @@ def main():
     return 1 if failed else 0
 
 
+def greedy_steps_agree(model, j, runner, what):
+    """--steps 8 and --steps 5 give the tokens of the default (one step a
+    graph), and so does a run of 8 steps a graph whose device is lost in
+    its third compute (the second 8-step graph): recovered, the cache
+    rebuilt."""
+    for extra, env, name in ((("--steps", "8"), None, "--steps 8"), (("--steps", "5"), None, "--steps 5"),
+                             (("--steps", "8"), {"TSL_FAULT": "lost@compute=3"}, "--steps 8, lost@compute=3")):
+        r = runner(model, "--temp", "0", "--json", *extra, env_extra=env)
+        if not check(r is not None and r.returncode == 0, f"{what} {name}: {desc(r)}"):
+            continue
+        o = json_of(r, f"{what} {name}")
+        if o is not None:
+            check(o.get("tokens") == j.get("tokens"),
+                  f"{what} {name}: tokens {o.get('tokens')} differ from the default's {j.get('tokens')}")
+        if env:
+            check(re.search(r"device recovered", r.stderr.decode(errors="replace")) is not None,
+                  f"{what} {name}: no recovery on stderr")
+
+
 def greedy_matches_reference(ref_model, j, what):
     """Each greedy token of a --json run is the reference's argmax where the
     reference's top two are further apart than the F32 tolerance."""
@@ -308,6 +335,7 @@ def vulkan_part(tmp, model, ref_model):
         j = json_of(g, "vulkan greedy")
         if j is not None:
             greedy_matches_reference(ref_model, j, "vulkan greedy")
+            greedy_steps_agree(model, j, vk, "vulkan greedy")
 
     # a file in the device's alignment (file layout) and one in GGUF's
     # default (packed: Q8_0 rows of 68 bytes put tensors off 256-byte
@@ -358,6 +386,7 @@ def vulkan_part(tmp, model, ref_model):
                           for k in ("prompt_tok_s", "gen_tok_s", "copy_gbs", "bw_ratio")), f"bench model: {j!r}"[:300])
                 check(j.get("copy_bytes") == 2 * (8 << 20), f"bench model: copy_bytes {j.get('copy_bytes')}")
                 check(j.get("weight_buffers") == 1, f"bench model: {j.get('weight_buffers')} weight buffers")
+                check(j.get("greedy") == "graph" and j.get("steps") == 1, f"bench model: greedy/steps: {j!r}"[:300])
                 # a tiny llama: 2 layers of ~21 kernels, and one split (all on the device)
                 check(t.get("splits") == 1 and 20 <= t.get("dispatches", 0) <= 80 and t.get("barriers", -1) >= 0,
                       f"bench model per token: {t!r}")
