@@ -253,7 +253,8 @@ typedef struct synth_shape {
     bool tied;
 } synth_shape;
 
-/* A named shape ("tiny", "qwen2.5-0.5b", "qwen3-0.6b", "llama3-8b"), with
+/* A named shape ("tiny", "qwen2.5-0.5b", "qwen3-0.6b", "llama3.2-1b",
+ * "llama3-8b", "llama3-70b"), with
  * arch set to the shape's own; NULL if unknown. */
 const synth_shape *synth_find_shape(const char *name);
 /* Comma-separated list of shape names, for usage text. */

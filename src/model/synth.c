@@ -42,6 +42,7 @@ static const synth_shape SYNTH_SHAPES[] = {
     {"qwen3-0.6b", TSL_ARCH_QWEN3, 151936, 40960, 1024, 28, 3072, 16, 8, 128, 1000000.0f, 1e-6f, true},
     {"llama3.2-1b", TSL_ARCH_LLAMA, 128256, 131072, 2048, 16, 8192, 32, 8, 64, 500000.0f, 1e-5f, true},
     {"llama3-8b", TSL_ARCH_LLAMA, 128256, 8192, 4096, 32, 14336, 32, 8, 128, 500000.0f, 1e-5f, false},
+    {"llama3-70b", TSL_ARCH_LLAMA, 128256, 8192, 8192, 80, 28672, 64, 8, 128, 500000.0f, 1e-5f, false},
 };
 #define SYNTH_N_SHAPES (int)(sizeof SYNTH_SHAPES / sizeof SYNTH_SHAPES[0])
 
@@ -51,7 +52,7 @@ const synth_shape *synth_find_shape(const char *name) {
     return NULL;
 }
 
-const char *synth_shape_names(void) { return "tiny, qwen2.5-0.5b, qwen3-0.6b, llama3.2-1b, llama3-8b"; }
+const char *synth_shape_names(void) { return "tiny, qwen2.5-0.5b, qwen3-0.6b, llama3.2-1b, llama3-8b, llama3-70b"; }
 
 /* ---- PRNG ------------------------------------------------------------------- */
 

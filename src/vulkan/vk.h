@@ -86,6 +86,7 @@
     X(SUM_ROWS_F32, "sum_rows_f32", 4, 0, 0, 4)               \
     X(QUANTIZE_Q8_F32, "quantize_q8_f32", 0, 4, 0, 4)         \
     X(RMS_NORM_MUL_F32, "rms_norm_mul_f32", 4, 4, 0, 4)       \
+    X(RMS_NORM_MUL_W8K_F32, "rms_norm_mul_w8k_f32", 4, 4, 0, 4) \
     X(MEAN_F32, "mean_f32", 4, 0, 0, 4)                       \
     X(ARGMAX_F32, "argmax_f32", 4, 0, 0, 4)                   \
     X(CROSS_ENTROPY_LOSS_F32, "cross_entropy_loss_f32", 4, 4, 0, 4) \

@@ -931,8 +931,8 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
         }
     }
     const vk_kernel *fk = NULL;
-    VkPipeline nm_pipe = VK_NULL_HANDLE, sw_pipe = VK_NULL_HANDLE, rs_pipe = VK_NULL_HANDLE;
-    bool sw_failed = false, attn_failed = false, rs_failed = false, one_failed = false;
+    VkPipeline nm_pipe = VK_NULL_HANDLE, sw_pipe = VK_NULL_HANDLE, rs_pipe = VK_NULL_HANDLE, w8_pipe = VK_NULL_HANDLE;
+    bool w8_failed = false, sw_failed = false, attn_failed = false, rs_failed = false, one_failed = false;
     int w = 0;
     for (int k = 0; k < n; k++) {
         vk_exec *x = &be->exec[k];
@@ -1052,7 +1052,21 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             m.fused = x->node;
             m.b[0] = x->b[0];
             m.cost_s += x->cost_s;
-            vk_fuse_qout(be, &m, k + 2, n, 4096);
+            /* a row of 4096 .. 8192 quantized by the variant that holds
+             * two chunks in registers (Llama 3 70B's 8192), where it builds */
+            const vk_bind b2 = m.b[2];
+            if (vk_fuse_qout(be, &m, k + 2, n, 8192) && m.node->ne[0] > 4096) {
+                if (!w8_pipe && !w8_failed && d->k[VK_K_RMS_NORM_MUL_W8K_F32].runnable)
+                    w8_pipe = vk_kernel_get(d, VK_K_RMS_NORM_MUL_W8K_F32, &fk);
+                w8_failed = !w8_pipe;
+                if (w8_pipe) {
+                    m.kernel = VK_K_RMS_NORM_MUL_W8K_F32;
+                    m.pipe = w8_pipe;
+                } else {
+                    m.qout = false; /* the quantizer apart */
+                    m.b[2] = b2;
+                }
+            }
             be->exec[w++] = m;
             k++;
             continue;
@@ -1875,7 +1889,8 @@ static VkResult vk_encode_node(vk_backend *be, vk_slot *sl, const vk_exec *x) {
     if (!x->pipe2) {
         uint32_t pcsize = vk_op_params(d, x, pc, grid);
         VkResult r = vk_encode_dispatch(be, sl, x, x->pipe, pc, pcsize, grid);
-        if (r == VK_SUCCESS && x->qout && x->kernel == VK_K_RMS_NORM_MUL_F32 && (be->wait & 1))
+        if (r == VK_SUCCESS && x->qout && (x->kernel == VK_K_RMS_NORM_MUL_F32 || x->kernel == VK_K_RMS_NORM_MUL_W8K_F32) &&
+            (be->wait & 1))
             vk_note_signal(sl, grid[0] * grid[1] * grid[2], VK_PC_RMS_SIGNAL);
         if (r == VK_SUCCESS && x->qout && x->kernel == VK_K_SWIGLU_Q_F32 && (be->wait & 2))
             vk_note_signal(sl, grid[0] * grid[1] * grid[2], VK_PC_SWIGLU_SIGNAL);

@@ -457,7 +457,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = (x->kernel == VK_K_RMS_NORM_F32 || x->kernel == VK_K_NORM_F32) ? f2u(op_get_f32(n, 0)) : 0;
         vk_grid(d, (uint64_t)tsl_nrows(a), grid);
         break;
-    case VK_K_RMS_NORM_MUL_F32: {
+    case VK_K_RMS_NORM_MUL_F32:
+    case VK_K_RMS_NORM_MUL_W8K_F32: {
         /* mul(rms_norm(x), w) fused (vk_backend.c): x is the norm's source,
          * bound at 0; w the MUL's second source, at 1 */
         const tsl_tensor *xt = x->fused->src[0];

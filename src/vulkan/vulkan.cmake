@@ -67,6 +67,7 @@ set(TSL_VK_KERNELS
   "sub_f32|eltwise.comp|OP_SUB"
   "quantize_q8_f32|quant_q8.comp|QUANT_Q8"
   "rms_norm_mul_f32|rms_norm_mul.comp|RMS_NORM_MUL"
+  "rms_norm_mul_w8k_f32|rms_norm_mul.comp|RMS_NORM_MUL,W8K"
   "mul_f32|eltwise.comp|OP_MUL"
   "div_f32|eltwise.comp|OP_DIV"
   "swiglu_f32|eltwise.comp|OP_SWIGLU"

@@ -662,7 +662,7 @@ typedef struct fuse_arg {
                  view with wider rows; 4: y = add(r, mul_mat(w, x)), w Q4_0, one column; 5: add(mul_mat(w, x),
                  r); 6: the product read twice; 7: the product a graph output; 8: add(mul_mat(w4, h),
                  mul_mat(w8, h)), h = mul(rms_norm(x), w) one row, w4 Q4_0 and w8 Q8_0 (the norm writes their
-                 quantized column when n <= 4096); 9: the same with h = swiglu(g, u), two rows of n */
+                 quantized column when n <= 8192); 9: the same with h = swiglu(g, u), two rows of n */
 } fuse_arg;
 
 static void build_fuse(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) {
@@ -701,7 +701,7 @@ static void build_fuse(tsl_context *ctx, vkt_case *c, const void *arg, bool ref)
  * dispatch), and leaves it alone where something does (the norm read again,
  * or a graph output the caller or another backend reads); the results
  * equal the CPU's either way. Rows longer than the kernel keeps in
- * registers (4096) and short ones; strided rows. The same for the
+ * registers (8192) and short ones; strided rows. The same for the
  * residual add an integer-dot mat-vec takes into its store, in either
  * operand order. */
 /* errors the validation layer reports on purpose (a kernel broken by a test) */
@@ -712,14 +712,14 @@ static void test_fusion(void) {
     static const fuse_arg cases[] = {{4096, 1, 0}, {4096 + 300, 3, 0}, {7, 5, 0},   {896, 2, 1},  {896, 2, 2},
                                      {1000, 4, 3}, {4096, 300, 4},     {896, 77, 5}, {512, 64, 6}, {512, 64, 7},
                                      {4096, 40, 8}, {896, 33, 8},      {4096 + 32, 40, 8}, {14336, 24, 9},
-                                     {896, 20, 9}};
+                                     {896, 20, 9}, {8192, 40, 8},      {8192 + 32, 40, 8}, {8192 + 300, 2, 0}};
     /* with integer dot products the product is a quantizer and the mat-vec:
      * 2 dispatches, the ADD in the latter; without, the F32 mat-vec and the
      * ADD apart. Mode 8: the norm, the first product, the second with the
-     * ADD; the quantizer apart only for rows over 4096. Mode 9: the
+     * ADD; the quantizer apart only for rows over 8192. Mode 9: the
      * swiglu (any length), then the same */
     const uint64_t q = g_qdot ? 1 : 0;
-    const uint64_t want[] = {1, 1, 1, 3, 2, 1, 2, 2, 3 + q, 2 + q, 4 - q, 4 - q, 4, 4 - q, 4 - q};
+    const uint64_t want[] = {1, 1, 1, 3, 2, 1, 2, 2, 3 + q, 2 + q, 4 - q, 4 - q, 4 - q, 4 - q, 4 - q, 4 - q, 4, 1};
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
         char what[64];
         snprintf(what, sizeof what, "n %lld rows %lld mode %d", (long long)cases[i].n, (long long)cases[i].rows,
@@ -737,8 +737,8 @@ static void test_fusion(void) {
     tsl_backend *plain = tsl_backend_vulkan_new(-1, &err);
     unsetenv("TSL_VULKAN_FUSE_QUANT");
     CHECK(plain != NULL);
-    static const int exact[] = {10, 11, 13, 14};
-    for (int e = 0; e < 4 && plain; e++) {
+    static const int exact[] = {10, 11, 12, 13, 14, 15};
+    for (int e = 0; e < 6 && plain; e++) {
         const int i = exact[e];
         const uint64_t want_plain = 4; /* with integer dot: the quantizer, and the ADD in the second product */
         float *r[2] = {0};
@@ -762,11 +762,17 @@ static void test_fusion(void) {
      * lacks): the plain swiglu and the quantizer apart run instead, and the
      * results still equal the CPU's */
     CHECK(vk_test_set_kernel(g_vk, "swiglu_q_f32", NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
-    vkt_stat sb = {.name = "fusions, swiglu_q broken"};
+    vkt_stat sb = {.name = "fusions, a quantizing kernel broken"};
     /* the validation layer, when on, objects to the broken pipeline: expected */
     g_expected_validation_errors += vkt_check_disp(&sb, build_fuse, &cases[13], 913, 2e-5 * sqrt((double)cases[13].n),
                                                    1e-5, "n 14336, swiglu_q broken", 4);
     CHECK(vk_test_set_kernel(g_vk, "swiglu_q_f32", NULL, 0, NULL, &err) == TSL_SUCCESS);
+    /* likewise the long-row norm (rows of 4096 .. 8192): the norm without
+     * its column and the quantizer apart */
+    CHECK(vk_test_set_kernel(g_vk, "rms_norm_mul_w8k_f32", NULL, 0, "no_such_entry", &err) == TSL_SUCCESS);
+    g_expected_validation_errors += vkt_check_disp(&sb, build_fuse, &cases[15], 915, 2e-5 * sqrt((double)cases[15].n),
+                                                   1e-5, "n 8192, rms_norm_mul_w8k broken", 4);
+    CHECK(vk_test_set_kernel(g_vk, "rms_norm_mul_w8k_f32", NULL, 0, NULL, &err) == TSL_SUCCESS);
     vkt_print(&sb);
 }
 
@@ -1160,15 +1166,16 @@ static void test_norm_products(void) {
     static const np_arg cases[] = {
         {TSL_TYPE_Q4_0, 512, 4096, 96, 0},   {TSL_TYPE_Q8_0, 256, 1024, 64, 0}, {TSL_TYPE_Q4_0, 8192, 512, 64, 0},
         {TSL_TYPE_Q8_0, 256, 1024, 64, 1},   {TSL_TYPE_Q4_0, 256, 1024, 64, 2}, {TSL_TYPE_Q4_0, 256, 1024, 64, 3},
-        {TSL_TYPE_Q4_0, 256, 4096 + 32, 64, 0}, {TSL_TYPE_Q8_0, 256, 2048, 64, 4},
+        {TSL_TYPE_Q4_0, 256, 4096 + 32, 64, 0}, {TSL_TYPE_Q8_0, 256, 2048, 64, 4}, {TSL_TYPE_Q4_0, 256, 8192 + 32, 64, 0},
     };
     enum { N_CASES = sizeof cases / sizeof cases[0] };
     /* with integer dot products: the first product's quantizer, the product
      * (with its residual), the products after the norm (an ADD taken into
-     * the last); apart the norm too (and, for a row over 4096, the second
-     * product's quantizer). Without integer dot: every product, norm and
-     * ADD its own dispatch, nothing quantized */
-    static const uint64_t qdot[] = {3, 3, 3, 4, 4, 4, 5, 3}, plain[] = {4, 4, 4, 6, 5, 4, 4, 3};
+     * the last); apart the norm too: for a row of 4096 .. 8192 the norm's
+     * long-row variant, which quantizes the column itself; for a row over
+     * 8192 the second product's quantizer too. Without integer dot: every
+     * product, norm and ADD its own dispatch, nothing quantized */
+    static const uint64_t qdot[] = {3, 3, 3, 4, 4, 4, 4, 3, 5}, plain[] = {4, 4, 4, 6, 5, 4, 4, 3, 4};
     tsl_vulkan_device_info info;
     tsl_error err;
     CHECK(tsl_backend_vulkan_info(g_vk, &info, &err) == TSL_SUCCESS);

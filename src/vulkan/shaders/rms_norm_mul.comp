@@ -9,13 +9,17 @@
  * The same roundings as the two kernels apart: x * scale, then * w. One
  * workgroup of 512 per row: invocation t (counted along subgroup lanes)
  * keeps elements 8t .. 8t+7 in registers between the statistics and the
- * write (two 16-byte loads and stores where the row is dense and aligned);
+ * write (16-byte loads and stores where the row is dense and aligned), and
+ * in the W8K variant (rms_norm_mul_w8k_f32) 4096 + 8t .. 4096 + 8t+7 too;
  * the shares meet in subgroupAdd and one shared-memory step. Rows longer
- * than 4096 read their tail again. In place is safe (every element is
- * read before the statistics' barrier, then written by the invocation that
- * read it).
+ * than the registers hold (4096, W8K 8192) read their tail again. In place
+ * is safe (every element is read before the statistics' barrier, then
+ * written by the invocation that read it). The backend takes W8K only for
+ * the rows of 4096 .. 8192 it quantizes (Llama 3 70B's 8192): with a
+ * second chunk in its registers a row of 4096 ran ~4.7 us slower on the
+ * H200 (bench/RESULTS.md, run 148).
  *
- * With pc.qout set (one row of at most 4096 values, a multiple of 32, read
+ * With pc.qout set (one row of at most 4096 values, W8K 8192, a multiple of 32, read
  * next by integer-dot mat-vecs), the kernel also writes the row quantized
  * to Q8_0 into the mat-vec's column scratch (binding 2, from word pc.oq),
  * byte for byte what quant_q8.comp would make of it (q8.glsl): the
@@ -32,6 +36,11 @@
 
 #define WG 512u
 #define NV 8u
+#ifdef W8K
+#define NC 2u /* chunks of NV * WG values in registers */
+#else
+#define NC 1u
+#endif
 layout(local_size_x = 512) in;
 
 layout(push_constant) uniform P {
@@ -71,28 +80,31 @@ void main() {
 
     /* the row and the weights it meets, loaded together: the weights' load
      * is not another round trip after the statistics */
-    float v[NV], wv[NV];
+    float v[NC][NV], wv[NC][NV];
     float s2 = 0.0;
     /* dense, 16-byte aligned rows (the usual case): two 16-byte loads per
-     * invocation, neighbouring lanes reading neighbouring bytes */
+     * invocation and chunk, neighbouring lanes reading neighbouring bytes */
     const bool vec = pc.sa0 == 1u && pc.sw0 == 1u && pc.sd0 == 1u && ((xa | xd | pc.ow) & 3u) == 0u;
-    if (vec && lane * NV + NV <= pc.ne0) {
-        [[unroll]] for (uint h = 0u; h < 2u; h++) {
-            const vec4 x = a4[(xa >> 2) + 2u * lane + h], y = w4[(pc.ow >> 2) + 2u * lane + h];
-            [[unroll]] for (uint e = 0u; e < 4u; e++) {
-                v[4u * h + e] = x[e];
-                wv[4u * h + e] = y[e];
+    [[unroll]] for (uint c = 0u; c < NC; c++) {
+        const uint e0 = c * NV * WG + lane * NV; /* the chunk's first element of this invocation */
+        if (vec && e0 + NV <= pc.ne0) {
+            [[unroll]] for (uint h = 0u; h < 2u; h++) {
+                const vec4 x = a4[((xa + e0) >> 2) + h], y = w4[((pc.ow + e0) >> 2) + h];
+                [[unroll]] for (uint e = 0u; e < 4u; e++) {
+                    v[c][4u * h + e] = x[e];
+                    wv[c][4u * h + e] = y[e];
+                }
+            }
+        } else {
+            [[unroll]] for (uint j = 0u; j < NV; j++) {
+                const uint i = e0 + j;
+                v[c][j] = i < pc.ne0 ? a[xa + i * pc.sa0] : 0.0;
+                wv[c][j] = i < pc.ne0 ? w[pc.ow + i * pc.sw0] : 0.0;
             }
         }
-    } else {
-        [[unroll]] for (uint j = 0u; j < NV; j++) {
-            const uint i = lane * NV + j;
-            v[j] = i < pc.ne0 ? a[xa + i * pc.sa0] : 0.0;
-            wv[j] = i < pc.ne0 ? w[pc.ow + i * pc.sw0] : 0.0;
-        }
+        [[unroll]] for (uint j = 0u; j < NV; j++) s2 += v[c][j] * v[c][j];
     }
-    [[unroll]] for (uint j = 0u; j < NV; j++) s2 += v[j] * v[j];
-    for (uint i = tid + NV * WG; i < pc.ne0; i += WG) {
+    for (uint i = tid + NC * NV * WG; i < pc.ne0; i += WG) {
         const float x = a[xa + i * pc.sa0];
         s2 += x * x;
     }
@@ -107,42 +119,47 @@ void main() {
     }
     barrier();
     const float scale = inversesqrt(red[WG - 1u] / float(pc.ne0) + pc.eps);
-    float o[NV];
-    [[unroll]] for (uint j = 0u; j < NV; j++) {
-        precise const float y = v[j] * scale;
-        precise const float p = y * wv[j];
-        o[j] = p;
-    }
-    if (vec && lane * NV + NV <= pc.ne0) {
-        d4[(xd >> 2) + 2u * lane] = vec4(o[0], o[1], o[2], o[3]);
-        d4[(xd >> 2) + 2u * lane + 1u] = vec4(o[4], o[5], o[6], o[7]);
-    } else {
-        [[unroll]] for (uint j = 0u; j < NV; j++)
-            if (lane * NV + j < pc.ne0) d[xd + (lane * NV + j) * pc.sd0] = o[j];
-    }
-    if (pc.qout != 0u) {
-        /* uniform: one row, ne0 <= NV * WG and a multiple of 32 (the host
-         * checks), so a block is whole invocations tid - part .. + 3 */
-        const uint nb = pc.ne0 / 32u, blk = lane / 4u, part = lane % 4u;
-        float m = 0.0;
-        [[unroll]] for (uint j = 0u; j < NV; j++) m = max(m, abs(o[j]));
-        m = max(m, subgroupShuffleXor(m, 1u));
-        const float amax = max(m, subgroupShuffleXor(m, 2u));
-        float dq, id;
-        q8_scale(amax, dq, id);
-        int s0, s1;
-        const uint w0 = q8_word(vec4(o[0], o[1], o[2], o[3]), id, s0);
-        const uint w1 = q8_word(vec4(o[4], o[5], o[6], o[7]), id, s1);
-        int t = s0 + s1;
-        t += subgroupShuffleXor(t, 1u);
-        const int total = t + subgroupShuffleXor(t, 2u);
-        if (blk < nb) {
-            Q8_STORE_WORD(qd, pc.oq, nb, blk, 2u * part, w0);
-            Q8_STORE_WORD(qd, pc.oq, nb, blk, 2u * part + 1u, w1);
-            if (part == 0u) Q8_STORE_SCALE(qd, pc.oq, nb, blk, dq, total);
+    [[unroll]] for (uint c = 0u; c < NC; c++) {
+        const uint e0 = c * NV * WG + lane * NV;
+        float o[NV];
+        [[unroll]] for (uint j = 0u; j < NV; j++) {
+            precise const float y = v[c][j] * scale;
+            precise const float p = y * wv[c][j];
+            o[j] = p;
+        }
+        if (vec && e0 + NV <= pc.ne0) {
+            d4[(xd + e0) >> 2] = vec4(o[0], o[1], o[2], o[3]);
+            d4[((xd + e0) >> 2) + 1u] = vec4(o[4], o[5], o[6], o[7]);
+        } else {
+            [[unroll]] for (uint j = 0u; j < NV; j++)
+                if (e0 + j < pc.ne0) d[xd + (e0 + j) * pc.sd0] = o[j];
+        }
+        if (pc.qout != 0u) {
+            /* uniform: one row, ne0 <= NC * NV * WG and a multiple of 32
+             * (the host checks), so a block is whole invocations tid - part
+             * .. + 3 of one chunk; past the row its values are 0 and its
+             * block is not stored */
+            const uint nb = pc.ne0 / 32u, blk = e0 / 32u, part = lane % 4u;
+            float m = 0.0;
+            [[unroll]] for (uint j = 0u; j < NV; j++) m = max(m, abs(o[j]));
+            m = max(m, subgroupShuffleXor(m, 1u));
+            const float amax = max(m, subgroupShuffleXor(m, 2u));
+            float dq, id;
+            q8_scale(amax, dq, id);
+            int s0, s1;
+            const uint w0 = q8_word(vec4(o[0], o[1], o[2], o[3]), id, s0);
+            const uint w1 = q8_word(vec4(o[4], o[5], o[6], o[7]), id, s1);
+            int t = s0 + s1;
+            t += subgroupShuffleXor(t, 1u);
+            const int total = t + subgroupShuffleXor(t, 2u);
+            if (blk < nb) {
+                Q8_STORE_WORD(qd, pc.oq, nb, blk, 2u * part, w0);
+                Q8_STORE_WORD(qd, pc.oq, nb, blk, 2u * part + 1u, w1);
+                if (part == 0u) Q8_STORE_SCALE(qd, pc.oq, nb, blk, dq, total);
+            }
         }
     }
-    for (uint i = tid + NV * WG; i < pc.ne0; i += WG) {
+    for (uint i = tid + NC * NV * WG; i < pc.ne0; i += WG) {
         precise const float y = a[xa + i * pc.sa0] * scale;
         d[xd + i * pc.sd0] = y * w[pc.ow + i * pc.sw0];
     }
