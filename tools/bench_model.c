@@ -308,7 +308,7 @@ int bench_model(int argc, char **argv) {
             host_greedy = !strcmp(v, "host");
             i++;
         } else if (!strcmp(a, "--steps")) {
-            if (!cli_int(v, 1, 32, &steps)) {
+            if (!cli_int(v, 1, TSL_LLM_MAX_STEPS, &steps)) {
                 fprintf(stderr, "tensile bench model: --steps wants 1..32, got '%s'\n", v);
                 return 2;
             }
@@ -351,7 +351,6 @@ int bench_model(int argc, char **argv) {
                 steps);
         return 2;
     }
-    if (steps == 0) steps = 1;
     int code = 0, rc = 1;
     tsl_backend *be = cli_backend_dev("bench model", backend, (int)device, (int)threads, &code);
     if (!be) return code;
@@ -384,6 +383,7 @@ int bench_model(int argc, char **argv) {
     double tu = cli_now();
     c = tsl_llm_ctx_new(m, &lp, &err);
     const double t_setup = cli_now() - tu; /* the KV cache, and on a device the weights' upload */
+    steps = tsl_llm_n_steps(c);
     toks = malloc((size_t)n_prompt * sizeof *toks);
     if (!c || !toks) {
         if (!c) cli_error("bench model", &err);
@@ -448,7 +448,7 @@ int bench_model(int argc, char **argv) {
      * prefill's graph took the recording's place): three of them, then the
      * cache cut back to the prompt, so the timed decode starts there. */
     for (int i = 0; i < 3; i++) {
-        int32_t out[32];
+        int32_t out[TSL_LLM_MAX_STEPS];
         if ((host_greedy ? tsl_llm_decode(c, &toks[i], 1, &err)
                          : tsl_llm_generate_greedy(c, toks[i], (int32_t)first_chunk, out, &err)) != TSL_SUCCESS ||
             tsl_llm_truncate(c, (int32_t)n_prompt, &err) != TSL_SUCCESS) {
@@ -476,7 +476,7 @@ int bench_model(int argc, char **argv) {
             tsl_vulkan_stats s0, s1;
             if (vk) tsl_backend_vulkan_stats(be, &s0);
             double tt = cli_now();
-            int32_t next[32];
+            int32_t next[TSL_LLM_MAX_STEPS];
             if ((host_greedy ? tsl_llm_decode(c, &id, 1, &err) : tsl_llm_generate_greedy(c, id, w, next, &err)) !=
                 TSL_SUCCESS) {
                 cli_error("bench model", &err);

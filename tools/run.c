@@ -189,7 +189,7 @@ static int run_parse(int argc, char **argv, run_opts *o) {
             if (!cli_int(v, 1, 1 << 20, &o->n_batch)) BAD("a positive number");
             i++;
         } else if (!strcmp(a, "--steps")) {
-            if (!cli_int(v, 1, 32, &o->steps)) BAD("1..32");
+            if (!cli_int(v, 1, TSL_LLM_MAX_STEPS, &o->steps)) BAD("1..32");
             i++;
         } else if (!strcmp(a, "--kv-type")) {
             int t = tsl_type_from_name(v);
@@ -321,9 +321,9 @@ int cmd_run(int argc, char **argv) {
     const bool greedy = o.sp.temp <= 0.0f && (o.sp.repeat_penalty == 1.0f || o.sp.repeat_last_n == 0);
     /* greedy: the ids the graph chose, q[qi..nq) not yet printed; the
      * cache holds the tokens up to the one before q[nq - 1] */
-    int32_t q[32];
+    int32_t q[TSL_LLM_MAX_STEPS];
     int32_t qi = 0, nq = 1;
-    const int32_t steps = o.steps > 0 ? (int32_t)o.steps : 1;
+    const int32_t steps = tsl_llm_n_steps(c);
     if (run_decode(c, prompt, np, greedy ? q : NULL, 0, &recoveries, &err) != TSL_SUCCESS) {
         cli_error("run", &err);
         goto done;

@@ -400,8 +400,11 @@ typedef struct tsl_llm_params {
     bool logits_all;      /* keep the logits of every token of a decode call, not just the last */
     int32_t retry_attempts; /* attempts per compute for RETRY outcomes (tsl_graph_compute_retry,
                                default backoff); 1: no retry; 0: the default policy (3) */
-    int32_t n_steps;      /* tsl_llm_generate_greedy: decode steps per graph, 1..32; 0: 1 */
+    int32_t n_steps;      /* tsl_llm_generate_greedy: decode steps per graph, 1..TSL_LLM_MAX_STEPS; 0: 1 */
 } tsl_llm_params;
+
+/* The most decode steps one graph holds (tsl_llm_params.n_steps). */
+#define TSL_LLM_MAX_STEPS 32
 
 tsl_llm_params tsl_llm_default_params(void);
 
@@ -476,6 +479,8 @@ const float *tsl_llm_logits(const tsl_llm_ctx *c, int32_t i);
 int32_t tsl_llm_n_logits(const tsl_llm_ctx *c);
 
 int32_t tsl_llm_n_ctx(const tsl_llm_ctx *c);
+/* Decode steps per graph of tsl_llm_generate_greedy (n_steps, its 0 resolved). */
+int32_t tsl_llm_n_steps(const tsl_llm_ctx *c);
 /* Positions in use: the number of tokens decoded so far. */
 int32_t tsl_llm_n_past(const tsl_llm_ctx *c);
 /* The tokens decoded so far, in order (tsl_llm_n_past of them). */

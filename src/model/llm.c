@@ -647,13 +647,12 @@ bool tsl_llm_token_is_eog(const tsl_model *m, int32_t id) {
  * work next to reading the weights. */
 #define LLM_KV_PAD 256
 
-/* Decode steps in one graph (tsl_llm_generate_greedy): the default, and the
- * most (each step's argmax is one read-back output). One by default: on the
+/* Decode steps in one graph (tsl_llm_generate_greedy; at most
+ * TSL_LLM_MAX_STEPS, each step's argmax one read-back output). One by default: on the
  * H200 a token of an 8-step graph costs what a token of one step costs
  * (the host's work a compute grows with the graph's nodes), and the larger
  * graph's first computes cost more (bench/RESULTS.md, run 144). */
 #define LLM_DEFAULT_STEPS 1
-#define LLM_MAX_STEPS 32
 
 struct tsl_llm_ctx {
     tsl_model *m;
@@ -780,9 +779,9 @@ tsl_llm_ctx *tsl_llm_ctx_new(tsl_model *m, const tsl_llm_params *params, tsl_err
                   (int)p.n_batch, (int)p.retry_attempts);
         return NULL;
     }
-    if (p.n_steps < 0 || p.n_steps > LLM_MAX_STEPS) {
+    if (p.n_steps < 0 || p.n_steps > TSL_LLM_MAX_STEPS) {
         error_set(err, TSL_FAILED, "", "", -1, NULL, NULL, "llm context: n_steps %d is outside 0..%d (0: %d)",
-                  (int)p.n_steps, LLM_MAX_STEPS, LLM_DEFAULT_STEPS);
+                  (int)p.n_steps, TSL_LLM_MAX_STEPS, LLM_DEFAULT_STEPS);
         return NULL;
     }
     if (p.n_steps == 0) p.n_steps = LLM_DEFAULT_STEPS;
@@ -1248,6 +1247,7 @@ const float *tsl_llm_logits(const tsl_llm_ctx *c, int32_t i) {
 
 int32_t tsl_llm_n_logits(const tsl_llm_ctx *c) { return c ? c->n_logits : 0; }
 int32_t tsl_llm_n_ctx(const tsl_llm_ctx *c) { return c ? c->p.n_ctx : 0; }
+int32_t tsl_llm_n_steps(const tsl_llm_ctx *c) { return c ? c->p.n_steps : 0; }
 int32_t tsl_llm_n_past(const tsl_llm_ctx *c) { return c ? c->n_past : 0; }
 const int32_t *tsl_llm_history(const tsl_llm_ctx *c) { return c ? c->history : NULL; }
 tsl_backend *tsl_llm_backend(const tsl_llm_ctx *c) { return c ? c->be : NULL; }

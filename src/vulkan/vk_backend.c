@@ -810,11 +810,70 @@ static bool vk_same_row(const tsl_tensor *v, const tsl_tensor *t) {
            tsl_is_contiguous(t) && tsl_nelements(v) == tsl_nelements(t);
 }
 
+/* Slots of an open-addressed table for up to two keys an exec of n execs:
+ * a power of two at least four times the keys, so probes stay short. */
+static size_t vk_table_size(int n) {
+    size_t s = 1024;
+    while (s < 8 * (size_t)(n > 0 ? n : 1) + 16) s *= 2;
+    return s;
+}
+
+/* Tensors the fusion passes ask about, with their readers counted in one
+ * pass over the graph, in an open-addressed table keyed by address and
+ * sized to the graph's execs (vk_table_size). vk_fuse counts a node once
+ * per tensor it reads (its own loop); vk_rc_count, for the fusions that
+ * leave a root unwritten (vk_fuse_qkv_ropes, vk_fuse_norms), counts a
+ * root's readers as the nodes that read it or a view of it (a node once,
+ * however many of its sources do; the views themselves are not readers,
+ * and a node that is not a view yet lies in the root's memory counts as
+ * one), and `out` says whether it or a view of it is a graph output. */
+typedef struct vk_rcount {
+    size_t set; /* slots */
+    const tsl_tensor **key;
+    int *n;
+    bool *out;
+    int used;
+} vk_rcount;
+
+static void vk_rc_free(vk_rcount *rc) {
+    if (rc) free(rc->key), free(rc->n), free(rc->out), free(rc);
+}
+
+/* A table for the tensors of n execs (NULL: no memory). */
+static vk_rcount *vk_rc_new(int n) {
+    vk_rcount *rc = calloc(1, sizeof *rc);
+    if (!rc) return NULL;
+    rc->set = vk_table_size(n);
+    rc->key = calloc(rc->set, sizeof *rc->key);
+    rc->n = calloc(rc->set, sizeof *rc->n);
+    rc->out = calloc(rc->set, sizeof *rc->out);
+    if (rc->key && rc->n && rc->out) return rc;
+    vk_rc_free(rc);
+    return NULL;
+}
+
+static int vk_rc_slot(const vk_rcount *rc, const tsl_tensor *t) {
+    size_t h = ((uintptr_t)t >> 4) % rc->set;
+    while (rc->key[h] && rc->key[h] != t) h = (h + 1) % rc->set;
+    return (int)h;
+}
+
+/* Add t (false: the table is full). */
+static bool vk_rc_add(vk_rcount *rc, const tsl_tensor *t) {
+    const int h = vk_rc_slot(rc, t);
+    if (rc->key[h]) return true;
+    if ((size_t)rc->used >= rc->set / 2 - 1) return false;
+    rc->key[h] = t;
+    rc->n[h] = 0;
+    rc->out[h] = (t->flags & TSL_FLAG_OUTPUT) != 0;
+    rc->used++;
+    return true;
+}
+
 /* Is t in the candidates' set with exactly one reader? */
-static bool vk_fuse_once(const tsl_tensor *const *keys, const int *uses, size_t set, const tsl_tensor *t) {
-    for (size_t h = ((uintptr_t)t >> 4) % set; keys[h]; h = (h + 1) % set)
-        if (keys[h] == t) return uses[h] == 1;
-    return false;
+static bool vk_fuse_once(const vk_rcount *rc, const tsl_tensor *t) {
+    const int h = vk_rc_slot(rc, t);
+    return rc->key[h] == t && rc->n[h] == 1;
 }
 
 /* Can rope exec r (a rope, or rope_set_rows) absorb exec m, the one
@@ -839,12 +898,12 @@ static int vk_norm_rope(const vk_exec *m, const vk_exec *r) {
  * q or k norm of qwen3, vk_norm_rope) where its output has this one reader
  * and the kernel builds; then r takes its place. pipes/failed cache the
  * three rope_norm kernels for the pass. */
-static bool vk_fuse_norm_rope(vk_backend *be, const tsl_tensor *const *keys, const int *uses, size_t set, vk_exec *r,
-                              int w, VkPipeline pipes[3], bool failed[3]) {
+static bool vk_fuse_norm_rope(vk_backend *be, const vk_rcount *rc, vk_exec *r, int w, VkPipeline pipes[3],
+                              bool failed[3]) {
     if (w < 1) return false;
     vk_exec *m = &be->exec[w - 1];
     const int k = vk_norm_rope(m, r);
-    if (k < 0 || !vk_fuse_once(keys, uses, set, m->node)) return false;
+    if (k < 0 || !vk_fuse_once(rc, m->node)) return false;
     _Static_assert(VK_K_ROPE_NORM_F32_FP32 == VK_K_ROPE_NORM_F32 + 1 && VK_K_ROPE_NORM_SET_ROWS_F16 == VK_K_ROPE_NORM_F32 + 2,
                    "the three rope_norm kernels are consecutive (vk.h): pipes[] is indexed by them");
     const int slot = k - VK_K_ROPE_NORM_F32;
@@ -872,31 +931,17 @@ static bool vk_fuse_norm_rope(vk_backend *be, const tsl_tensor *const *keys, con
  * (rms_norm_mul) or absorbs the second (a mat-vec storing r + its result).
  * Likewise attention's three nodes (vk_attn_fusable) into attn_dec.
  * Off with TSL_VULKAN_FUSE=0. Returns the new number of execs. */
-/* Slots of an open-addressed table for up to two keys an exec of n execs:
- * a power of two at least four times the keys, so probes stay short. */
-static size_t vk_table_size(int n) {
-    size_t s = 1024;
-    while (s < 8 * (size_t)(n > 0 ? n : 1) + 16) s *= 2;
-    return s;
-}
-
 static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     if (be->no_fuse || n < 2) return n;
     VkPipeline rn_pipe[3] = {VK_NULL_HANDLE, VK_NULL_HANDLE, VK_NULL_HANDLE};
     bool rn_failed[3] = {false, false, false};
     vk_device *d = be->dev;
-    /* the candidates' first nodes (at most two an exec), in an
-     * open-addressed set with their use counts, sized to the graph: a
-     * graph of several decode steps has them all fused */
-    const size_t SET = vk_table_size(n);
-    const tsl_tensor **keys = calloc(SET, sizeof *keys);
-    int *uses = calloc(SET, sizeof *uses), nc = 0;
-    if (!keys || !uses) { /* no fusion: the nodes apart are always right */
-        free(keys);
-        free(uses);
-        return n;
-    }
-    for (int k = 0; k + 1 < n && (size_t)nc < SET / 2 - 1; k++) {
+    /* the candidates' first nodes (at most two an exec) with their use
+     * counts, in a table sized to the graph */
+    vk_rcount *rc = vk_rc_new(n);
+    if (!rc) return n; /* no fusion: the nodes apart are always right */
+    bool room = true;
+    for (int k = 0; k + 1 < n && room; k++) {
         const bool attn = k + 2 < n && vk_attn_fusable(d, &be->exec[k], &be->exec[k + 1], &be->exec[k + 2]) >= 0;
         const int kind = attn ? 0 : vk_fusable(&be->exec[k], &be->exec[k + 1]);
         if (!attn && !kind) continue;
@@ -905,17 +950,12 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
              * its reshape; rms_norm_mul: the norm and the MUL (a rope may
              * absorb it: vk_fuse_norm_rope) */
             const tsl_tensor *t = kind == 3 && e == 1 ? be->exec[k + 1].node->src[0] : be->exec[k + e].node;
-            size_t h = ((uintptr_t)t >> 4) % SET;
-            while (keys[h] && keys[h] != t) h = (h + 1) % SET;
-            if (keys[h]) continue;
-            keys[h] = t;
-            uses[h] = 0;
-            nc++;
+            room = room && vk_rc_add(rc, t);
         }
     }
     /* the readers: each node once per tensor it reads (a view reads its
      * source as src[0] and as view_src) */
-    for (int i = 0; i < g->n_nodes && nc > 0; i++) {
+    for (int i = 0; i < g->n_nodes && rc->used > 0; i++) {
         const tsl_tensor *t = g->nodes[i];
         if (!t) continue;
         for (int j = 0; j <= TSL_MAX_SRC; j++) {
@@ -923,11 +963,8 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             bool again = false;
             for (int i2 = 0; i2 < j && !again; i2++) again = t->src[i2] == r;
             if (!r || again) continue;
-            for (size_t h = ((uintptr_t)r >> 4) % SET; keys[h]; h = (h + 1) % SET)
-                if (keys[h] == r) {
-                    uses[h]++;
-                    break;
-                }
+            const int h = vk_rc_slot(rc, r);
+            if (rc->key[h]) rc->n[h]++;
         }
     }
     const vk_kernel *fk = NULL;
@@ -937,7 +974,7 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
     for (int k = 0; k < n; k++) {
         vk_exec *x = &be->exec[k];
         const int ak = k + 2 < n && !attn_failed ? vk_attn_fusable(d, x, &be->exec[k + 1], &be->exec[k + 2]) : -1;
-        if (ak >= 0 && vk_fuse_once(keys, uses, SET, x->node) && vk_fuse_once(keys, uses, SET, be->exec[k + 1].node) &&
+        if (ak >= 0 && vk_fuse_once(rc, x->node) && vk_fuse_once(rc, be->exec[k + 1].node) &&
             d->k[ak].runnable && d->k[VK_K_ATTN_COMBINE_F32].runnable) {
             /* a kernel that fails to build, or no memory for the partials,
              * leaves the three nodes apart */
@@ -1018,8 +1055,8 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             }
         }
         int kind = k + 1 < n ? vk_fusable(x, &be->exec[k + 1]) : 0;
-        if (kind && !vk_fuse_once(keys, uses, SET, x->node)) kind = 0;
-        if (kind == 3 && (rs_failed || !vk_fuse_once(keys, uses, SET, be->exec[k + 1].node->src[0]))) kind = 0;
+        if (kind && !vk_fuse_once(rc, x->node)) kind = 0;
+        if (kind == 3 && (rs_failed || !vk_fuse_once(rc, be->exec[k + 1].node->src[0]))) kind = 0;
         if (kind == 3 && !rs_pipe) {
             /* a kernel that fails to build leaves the two nodes apart */
             if (d->k[VK_K_ROPE_SET_ROWS_F16].runnable) rs_pipe = vk_kernel_get(d, VK_K_ROPE_SET_ROWS_F16, &fk);
@@ -1037,7 +1074,7 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             for (int j = 0; j < 3; j++) m.b[j] = x->b[j];
             m.cost_s += x->cost_s;
             k++;
-            if (vk_fuse_norm_rope(be, keys, uses, SET, &m, w, rn_pipe, rn_failed)) continue;
+            if (vk_fuse_norm_rope(be, rc, &m, w, rn_pipe, rn_failed)) continue;
             be->exec[w++] = m;
             continue;
         }
@@ -1097,13 +1134,12 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
             }
         }
         if ((x->kernel == VK_K_ROPE_F32 || x->kernel == VK_K_ROPE_F32_FP32) &&
-            vk_fuse_norm_rope(be, keys, uses, SET, x, w, rn_pipe, rn_failed))
+            vk_fuse_norm_rope(be, rc, x, w, rn_pipe, rn_failed))
             continue;
         if (w != k) be->exec[w] = *x;
         w++;
     }
-    free(keys);
-    free(uses);
+    vk_rc_free(rc);
     return w;
 }
 
@@ -1112,61 +1148,6 @@ static int vk_fuse(vk_backend *be, const tsl_graph *g, int n) {
 static bool vk_part_of(const tsl_tensor *t, const tsl_tensor *root, size_t offs, int64_t ne0, int64_t ne1) {
     return t && t->view_src == root && t->view_offs == offs && t->type == TSL_TYPE_F32 && tsl_is_contiguous(t) &&
            t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == 1 && t->ne[3] == 1;
-}
-
-/* Who reads a few root tensors, counted in one pass over a graph, for the
- * fusions that leave a root unwritten (vk_fuse_qkv_ropes, vk_fuse_norms):
- * a root's readers are the nodes that read it or a view of it (a node once,
- * however many of its sources do; the views themselves are not readers,
- * and a node that is not a view yet lies in the root's memory counts as
- * one), and `out` says whether it or a view of it is a graph output. The
- * roots sit in an open-addressed table keyed by address, sized to the
- * graph's execs (vk_table_size). */
-typedef struct vk_rcount {
-    size_t set; /* slots */
-    const tsl_tensor **key;
-    int *n;
-    bool *out;
-    int used;
-} vk_rcount;
-
-/* A table for the roots of n execs (NULL: no memory). */
-static vk_rcount *vk_rc_new(int n) {
-    const size_t set = vk_table_size(n);
-    vk_rcount *rc = calloc(1, sizeof *rc);
-    if (rc) {
-        rc->set = set;
-        rc->key = calloc(set, sizeof *rc->key);
-        rc->n = calloc(set, sizeof *rc->n);
-        rc->out = calloc(set, sizeof *rc->out);
-    }
-    if (rc && (!rc->key || !rc->n || !rc->out)) {
-        free(rc->key), free(rc->n), free(rc->out), free(rc);
-        rc = NULL;
-    }
-    return rc;
-}
-
-static void vk_rc_free(vk_rcount *rc) {
-    if (rc) free(rc->key), free(rc->n), free(rc->out), free(rc);
-}
-
-static int vk_rc_slot(const vk_rcount *rc, const tsl_tensor *t) {
-    size_t h = ((uintptr_t)t >> 4) % rc->set;
-    while (rc->key[h] && rc->key[h] != t) h = (h + 1) % rc->set;
-    return (int)h;
-}
-
-/* Add root t (false: the table is full). */
-static bool vk_rc_add(vk_rcount *rc, const tsl_tensor *t) {
-    const int h = vk_rc_slot(rc, t);
-    if (rc->key[h]) return true;
-    if ((size_t)rc->used >= rc->set / 2 - 1) return false;
-    rc->key[h] = t;
-    rc->n[h] = 0;
-    rc->out[h] = (t->flags & TSL_FLAG_OUTPUT) != 0;
-    rc->used++;
-    return true;
 }
 
 static void vk_rc_count(vk_rcount *rc, const tsl_graph *g) {
