@@ -541,6 +541,32 @@ static void test_generate_greedy(void) {
     CHECK(tsl_llm_decode(c, &got[39], 1, &err) == TSL_SUCCESS && tsl_llm_decode(r, &ref[39], 1, &err) == TSL_SUCCESS);
     CHECK(!memcmp(tsl_llm_logits(c, -1), tsl_llm_logits(r, -1), (size_t)nv * sizeof(float)));
     tsl_llm_ctx_free(c);
+
+    /* a compute that fails in the second graph (a buffer lookup finds
+     * nothing): FAILED naming it, nothing counted though the first graph
+     * ran, the history as it was; the same call then gives the tokens. A
+     * transient refusal is retried by the context's policy: the same
+     * tokens, no error */
+    tsl_backend *fbe = tsl_backend_cpu_new(2, NULL);
+    c = steps_ctx(m, fbe, 300, 8);
+    CHECK(c && tsl_llm_decode_greedy(c, PROMPT, 11, &f, &err) == TSL_SUCCESS);
+    CHECK(tsl_backend_inject(fbe, "nobuf@compute=5", &err) == TSL_SUCCESS);
+    for (int i = 0; i < 20; i++) got[i] = 9;
+    CHECK(tsl_llm_generate_greedy(c, f, 20, got, &err) == TSL_FAILED);
+    CHECK(tsl_backend_injected(fbe, TSL_FAULT_NOBUF) > 0 && err.node >= 0);
+    CHECK_STR_CONTAINS(err.message, "has no data");
+    CHECK(tsl_llm_n_past(c) == 11 && got[0] == -1 && got[19] == -1);
+    CHECK(!memcmp(tsl_llm_history(c), tsl_llm_history(r), 11 * sizeof(int32_t)));
+    tsl_backend_inject_clear(fbe);
+    CHECK(tsl_llm_generate_greedy(c, f, 20, got, &err) == TSL_SUCCESS && tsl_llm_n_past(c) == 31);
+    CHECK(!memcmp(got, ref, 20 * sizeof(int32_t)));
+    CHECK(tsl_backend_inject(fbe, "retry@times=1", &err) == TSL_SUCCESS);
+    CHECKF(tsl_llm_generate_greedy(c, got[19], 20, got + 20, &err) == TSL_SUCCESS, "%s", err.message);
+    CHECK(tsl_backend_injected(fbe, TSL_FAULT_RETRY) == 1);
+    CHECK(tsl_llm_n_past(c) == 51 && !memcmp(got, ref, 40 * sizeof(int32_t)));
+    tsl_backend_inject_clear(fbe);
+    tsl_llm_ctx_free(c);
+    tsl_backend_free(fbe);
     tsl_llm_ctx_free(r);
     tsl_backend_free(lbe);
     tsl_backend_free(be);
