@@ -599,6 +599,17 @@ static void test_mul_mat(void) {
             if (coopmat && ty[t] != TSL_TYPE_F32 && a.N > 8) atol = ldexp((double)a.K, -11);
             vkt_check(&st, build_mul_mat, &a, (unsigned long long)(t * 10 + it), atol, 1e-5, what);
         }
+        /* one column of long block rows, as a decoder's products have them
+         * (4096; 14336, Llama 3 8B's feed-forward width; 4224 and 4128, a
+         * step of the team's lanes and one or a few blocks more), in batches
+         * so rows start further in */
+        static const int64_t longk[] = {4096, 4224, 14336, 4128};
+        for (int i = 0; quant && i < 4; i++) {
+            mm_arg a = {.type = ty[t], .K = longk[i], .M = 37 + 8 * i, .N = 1, .a2 = 1 + i % 2, .b2 = 1 + i % 2, .b3 = 1};
+            char what[96];
+            snprintf(what, sizeof what, "M %lld N 1 K %lld batch %lld", (long long)a.M, (long long)a.K, (long long)a.b2);
+            vkt_check(&st, build_mul_mat, &a, (unsigned long long)(t * 10 + 7 + i), 2e-5 * sqrt((double)a.K), 1e-5, what);
+        }
         vkt_print(&st);
     }
 }
