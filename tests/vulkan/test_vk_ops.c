@@ -600,8 +600,8 @@ static void test_mul_mat(void) {
             vkt_check(&st, build_mul_mat, &a, (unsigned long long)(t * 10 + it), atol, 1e-5, what);
         }
         /* one column of long block rows, as a decoder's products have them
-         * (4096; 14336, Llama 3 8B's feed-forward width; 4224 and 4128, a
-         * step of the team's lanes and one or a few blocks more), in batches
+         * (4096; 14336, Llama 3 8B's feed-forward width; 4224 and 4128, whole
+         * steps of a 32-lane team's blocks and four or one more), in batches
          * so rows start further in */
         static const int64_t longk[] = {4096, 4224, 14336, 4128};
         for (int i = 0; quant && i < 4; i++) {
