@@ -119,6 +119,12 @@ tsl_status tsl_buffer_place(tsl_buffer *buf, tsl_tensor *t, size_t offset, tsl_e
 /* Allocate one buffer for every tensor of ctx that has no data yet, packed in
  * creation order, and place them. Returns NULL with err filled on failure. */
 tsl_buffer *tsl_buffer_alloc_ctx(tsl_backend *be, tsl_context *ctx, tsl_error *err);
+/* True when be keeps weight t (flagged TSL_FLAG_WEIGHT, not yet placed) in
+ * a layout of its own (TSL_FLAG_WEIGHT): a buffer holding it then does not
+ * hold the tensor's bytes as they are, so a host source
+ * (tsl_buffer_set_host_source) cannot restore it; its owner uploads it
+ * again through tsl_tensor_set instead. False for NULL. */
+bool tsl_backend_relays_weight(const tsl_backend *be, const tsl_tensor *t);
 /* Mark the buffer's contents as persistent (weights): after device recovery
  * they are restored from their host source (tsl_buffer_set_host_source) or,
  * without one, from a host copy the backend takes now and keeps current

@@ -344,6 +344,66 @@ tsl_buffer *tsl_buffer_alloc_ctx(tsl_backend *be, tsl_context *ctx, tsl_error *e
     return buf;
 }
 
+/* ---- the split layout of Q4_0 weights (backend_impl.h) ---------------------- */
+
+bool backend_q4s_would(const tsl_backend *be, const tsl_tensor *t) {
+    return be && be->vt->q4_split && t && (t->flags & TSL_FLAG_WEIGHT) && t->type == TSL_TYPE_Q4_0 &&
+           tsl_is_contiguous(t) && tsl_nelements(t) % (8 * TSL_QK4_0) == 0;
+}
+
+bool tsl_backend_relays_weight(const tsl_backend *be, const tsl_tensor *t) { return backend_q4s_would(be, t); }
+
+bool backend_q4s(const tsl_tensor *t, const tsl_tensor **root, size_t *roff) {
+    if (!t || t->type != TSL_TYPE_Q4_0) return false;
+    size_t off = 0;
+    const tsl_tensor *r = t;
+    for (int depth = 0; r->view_src; depth++) {
+        if (depth >= BACKEND_MAX_VIEW_DEPTH) return false;
+        off += r->view_offs;
+        r = r->view_src;
+    }
+    const tsl_buffer *b = r->buffer;
+    if (!b || !r->data || !backend_q4s_would(b->be, r)) return false;
+    if ((size_t)((uintptr_t)r->data - (uintptr_t)b->base) % 16 != 0) return false;
+    if (root) *root = r;
+    if (roff) *roff = off;
+    return true;
+}
+
+/* tensor_set/get of a split tensor: the range whole groups of its root,
+ * converted through a bounded host buffer */
+static tsl_status backend_q4s_io(tsl_backend *be, tsl_buffer *buf, const tsl_tensor *t, const tsl_tensor *root,
+                                 size_t pos, size_t boff, void *host, size_t size, bool write, tsl_error *err) {
+    const char *what = write ? "tensor_set" : "tensor_get";
+    const size_t G = BACKEND_Q4S_GROUP;
+    if (pos % G != 0 || size % G != 0)
+        return error_set(err, TSL_FAILED, be->vt->name(be), be->vt->device(be), -1, t, NULL,
+                         "%s: %s keeps Q4_0 weight '%s' in groups of 8 blocks (%u bytes); bytes [%zu, %zu) of it "
+                         "are not whole groups (copy whole groups, or the whole tensor)",
+                         what, be->vt->name(be), root->name, (unsigned)G, pos, pos + size);
+    const size_t cap = size < ((size_t)4 << 20) / G * G ? size : ((size_t)4 << 20) / G * G;
+    uint8_t *tmp = malloc(cap);
+    if (!tmp)
+        return error_set(err, TSL_ALLOC_FAILED, be->vt->name(be), be->vt->device(be), -1, t, NULL,
+                         "%s: no host memory (%zu bytes) to convert Q4_0 weight '%s'", what, cap, root->name);
+    tsl_status s = TSL_SUCCESS;
+    for (size_t done = 0; done < size && s == TSL_SUCCESS;) {
+        const size_t n = size - done < cap ? size - done : cap;
+        uint8_t *h = (uint8_t *)host + done;
+        if (write) {
+            tsl_q4_0_split(h, tmp, n / G);
+            s = be->vt->buffer_set(be, buf->handle, boff + done, tmp, n, t, err);
+            if (s == TSL_SUCCESS) backend_buffer_wrote(buf, boff + done, tmp, n);
+        } else {
+            s = be->vt->buffer_get(be, buf->handle, boff + done, tmp, n, t, err);
+            if (s == TSL_SUCCESS) tsl_q4_0_unsplit(tmp, h, n / G);
+        }
+        done += n;
+    }
+    free(tmp);
+    return s;
+}
+
 /* ---- tensor copies -------------------------------------------------------- */
 
 static tsl_status backend_tensor_io(const tsl_tensor *t, void *host, size_t offset, size_t size, bool write,
@@ -387,6 +447,10 @@ static tsl_status backend_tensor_io(const tsl_tensor *t, void *host, size_t offs
     /* a lost device's memory cannot be trusted, nor written usefully */
     tsl_status s = backend_dev_check(be->dev, err);
     if (s != TSL_SUCCESS) return s;
+    const tsl_tensor *root;
+    size_t roff;
+    if (be->vt->buffer_set && be->vt->buffer_get && backend_q4s(t, &root, &roff))
+        return backend_q4s_io(be, buf, t, root, roff + offset, boff + offset, host, size, write, err);
     if (write && be->vt->buffer_set) {
         s = be->vt->buffer_set(be, buf->handle, boff + offset, host, size, t, err);
     } else if (!write && be->vt->buffer_get) {

@@ -54,6 +54,9 @@ typedef struct tsl_backend_vtable {
      * Returns ALLOC_FAILED (err filled) when the memory cannot be had; the
      * buffer is then unusable until a later recovery succeeds. */
     tsl_status (*buffer_recreate)(tsl_backend *be, void **handle, size_t size, tsl_error *err);
+    /* Keeps Q4_0 weights (TSL_FLAG_WEIGHT) in the split layout
+     * (backend_q4s): tensor copies convert, the kernels read it. */
+    bool q4_split;
 
     bool (*supports_op)(const tsl_backend *be, const tsl_tensor *node);
     tsl_status (*graph_compute_async)(tsl_backend *be, tsl_graph *g, tsl_error *err);
@@ -183,6 +186,22 @@ struct tsl_buffer {
     _Atomic int lost;       /* zeroed by the last recovery; owner has not rebuilt it */
     struct tsl_buffer *dev_prev, *dev_next; /* the device's buffer list */
 };
+
+/* The split layout of Q4_0 weights. Blocks go in groups of 8 (144 bytes):
+ * the 8 blocks' 16 quant bytes each, then their 8 F16 scales, so a block's
+ * quants are one aligned 16-byte load and its scale a 2-byte one, instead of
+ * an 18-byte block's five loads. Same size as the file's layout, converted
+ * group by group (tsl_q4_0_split / _unsplit, core.h). A tensor is held so
+ * when its root (view source) is flagged TSL_FLAG_WEIGHT, is Q4_0,
+ * contiguous, of a whole number of groups, 16-byte aligned in its buffer,
+ * and its buffer's backend has q4_split; t itself must be Q4_0 (a view of
+ * the root). Returns the root and t's byte offset in it. */
+bool backend_q4s(const tsl_tensor *t, const tsl_tensor **root, size_t *roff);
+#define BACKEND_Q4S_GROUP 144u /* bytes of a group: 8 Q4_0 blocks */
+/* Would a root tensor t flagged TSL_FLAG_WEIGHT be held split on be (its
+ * placement aside, which buffers align)? For owners choosing how to restore
+ * a buffer: its raw bytes are not the tensor's bytes then. */
+bool backend_q4s_would(const tsl_backend *be, const tsl_tensor *t);
 
 /* Offset of a tensor's data within its buffer. */
 static inline size_t buffer_offset_of(const tsl_buffer *b, const tsl_tensor *t) {

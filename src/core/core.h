@@ -94,6 +94,11 @@ double core_node_flops(const tsl_tensor *t);
 /* Can the op write its result over src0's memory (same size, element-wise)? */
 bool core_op_can_inplace(tsl_op op);
 
+/* Q4_0 blocks to and from the split layout (backend_impl.h, backend_q4s):
+ * n groups of 8 blocks, 144 bytes each, from src to dst (not overlapping). */
+void tsl_q4_0_split(const void *src, void *dst, size_t n);
+void tsl_q4_0_unsplit(const void *src, void *dst, size_t n);
+
 /* Logging helpers used across modules. */
 #define TSL_LOGD(...) tsl_log(TSL_LOG_DEBUG, __VA_ARGS__)
 #define TSL_LOGI(...) tsl_log(TSL_LOG_INFO, __VA_ARGS__)

@@ -24,6 +24,7 @@
  * F16/BF16 conversions and every dot go through the CPU's SIMD table.
  */
 #include <math.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "core/simd.h"
@@ -114,6 +115,28 @@ static bool quant_check(tsl_type t, const void *src, const void *dst, int64_t n)
     case TSL_TYPE_Q4_0: return n % tsl_type_block_len(t) == 0;
     default: return false;
     }
+}
+
+/* A group: blocks' quants at 16 b, their scales at 128 + 2 b (b = 0..7);
+ * bytes moved as they are (the scales' byte order is the file's) */
+void tsl_q4_0_split(const void *src, void *dst, size_t n) {
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    for (size_t g = 0; g < n; g++, s += 144, d += 144)
+        for (int b = 0; b < 8; b++) {
+            memcpy(d + 128 + 2 * b, s + 18 * b, 2);
+            memcpy(d + 16 * b, s + 18 * b + 2, 16);
+        }
+}
+
+void tsl_q4_0_unsplit(const void *src, void *dst, size_t n) {
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    for (size_t g = 0; g < n; g++, s += 144, d += 144)
+        for (int b = 0; b < 8; b++) {
+            memcpy(d + 18 * b, s + 128 + 2 * b, 2);
+            memcpy(d + 18 * b + 2, s + 16 * b, 16);
+        }
 }
 
 size_t tsl_quantize(tsl_type t, const float *src, void *dst, int64_t n) {

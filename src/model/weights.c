@@ -23,6 +23,11 @@
  *    the largest single allocation the device grants (NVIDIA's is 4 GiB, a
  *    Llama-3-8B Q4_0 is 4.3 GB); then consecutive runs of tensors, each as
  *    large as allowed.
+ *  - Weights are flagged TSL_FLAG_WEIGHT: the backend may keep them in a
+ *    layout its kernels read faster (Vulkan: Q4_0 in groups of 8 blocks,
+ *    quants before scales), converting as they are uploaded. A run of
+ *    tensors holding such a weight is packed, not laid out as the file:
+ *    the file's bytes could not restore it.
  *  - File layout when it can be had: a buffer holds a byte range of the
  *    file's data section as it is (each tensor at its file offset minus the
  *    range's start), which needs every such offset to be a multiple of the
@@ -52,6 +57,8 @@
 #include "model/llm_impl.h"
 
 #define DEVW_CHUNK ((size_t)64 << 20)
+/* a tensor's pieces: whole groups of a split Q4_0 weight (144 bytes) */
+#define DEVW_TCHUNK (DEVW_CHUNK / 144 * 144)
 #define DEVW_PROGRESS_MIN_BYTES ((uint64_t)64 << 20)
 
 typedef struct devw_tensor {
@@ -153,8 +160,8 @@ static tsl_status devw_upload_seg(llm_devw *d, int k, devw_bar *bar, tsl_error *
     }
     for (int i = s->first; i < s->first + s->n && st == TSL_SUCCESS; i++) {
         const devw_tensor *t = &d->t[i];
-        for (size_t off = 0; off < t->size && st == TSL_SUCCESS; off += DEVW_CHUNK) {
-            size_t c = t->size - off < DEVW_CHUNK ? t->size - off : DEVW_CHUNK;
+        for (size_t off = 0; off < t->size && st == TSL_SUCCESS; off += DEVW_TCHUNK) {
+            size_t c = t->size - off < DEVW_TCHUNK ? t->size - off : DEVW_TCHUNK;
             st = tsl_tensor_set(t->t, t->src + off, off, c, err);
             if (st == TSL_SUCCESS) devw_bar_add(bar, c);
         }
@@ -206,6 +213,10 @@ static tsl_tensor *devw_fuse(llm_devw *d, tsl_tensor *a, tsl_tensor *b, tsl_tens
             !tsl_is_contiguous(m[i]))
             return NULL;
         if (i > 0 && (e[i]->seg != e[0]->seg || e[i]->boff != e[i - 1]->boff + tsl_nbytes(m[i - 1]))) return NULL;
+        /* the parts all in the backend's own layout or all not, and the
+         * whole then in it too (a layout of whole groups: each part's
+         * groups are the whole's) */
+        if (tsl_backend_relays_weight(d->be, m[i]) != tsl_backend_relays_weight(d->be, a)) return NULL;
         rows += m[i]->ne[1];
     }
     /* Back to back on the device means back to back in the file as well
@@ -218,8 +229,9 @@ static tsl_tensor *devw_fuse(llm_devw *d, tsl_tensor *a, tsl_tensor *b, tsl_tens
     if (!f || !h || d->n_fused >= 3 * d->w_layers) return NULL;
     for (int i = 1; i < n; i++)
         if (e[i]->src != e[i - 1]->src + e[i - 1]->size) return NULL;
+    f->flags |= TSL_FLAG_PERSISTENT | TSL_FLAG_WEIGHT;
+    if (tsl_backend_relays_weight(d->be, f) != tsl_backend_relays_weight(d->be, a)) return NULL;
     if (tsl_buffer_place(d->seg[e[0]->seg].buf, f, e[0]->boff, NULL) != TSL_SUCCESS) return NULL;
-    f->flags |= TSL_FLAG_PERSISTENT;
     h->data = (void *)(uintptr_t)e[0]->src;
     tsl_tensor_format_name(h, fmt, il);
     d->fused[d->n_fused++] = (devw_fused){.dev = f, .host = h};
@@ -330,7 +342,7 @@ static tsl_status devw_segments(tsl_model *m, llm_devw *d, size_t align, size_t 
                                  "allows (%zu bytes)",
                                  devw_file_name(m), t->t->name, t->size, max_alloc);
             packed = pk;
-            if ((t->foff - lo) % align) aligned = false;
+            if ((t->foff - lo) % align || tsl_backend_relays_weight(d->be, t->t)) aligned = false;
         }
         s->n = i - s->first;
         const devw_tensor *last = &d->t[i - 1];
@@ -380,7 +392,7 @@ static llm_devw *devw_new(tsl_model *m, int device, tsl_error *err) {
         tsl_tensor *c = tsl_new_tensor(d->ctx, ti->type, ti->n_dims, ti->ne);
         if (!c) break;
         tsl_tensor_set_name(c, ti->name);
-        c->flags |= TSL_FLAG_PERSISTENT;
+        c->flags |= TSL_FLAG_PERSISTENT | TSL_FLAG_WEIGHT;
         by_index[i] = c;
         d->t[i] = (devw_tensor){.t = c, .src = ti->data, .size = ti->size, .foff = (size_t)ti->offset};
         if (i == 0) base = (const char *)ti->data - ti->offset;

@@ -587,6 +587,9 @@ static inline bool vk_is_attn1(int kernel) {
 }
 void vk_attn_split(int64_t heads_cols, int64_t n_kv, uint32_t *nsplit, uint32_t *klen);
 bool vk_mm_needs_quant(int kernel);
+/* The twin of integer-dot kernel id reading split Q4_0 weights
+ * (vk_kernels_mm.h, VK_MM_Q4S_SET), or -1. */
+int vk_mm_q4s_twin(int id);
 /* Can fused-only kernel id (VECQR: the q/k/v product with its ropes; VECQN:
  * a product making the next norm's column) run node n, the product it
  * stands for, on d? */

@@ -438,6 +438,32 @@ static bool vk_bind_tensor(vk_backend *be, int i, const tsl_tensor *node, const 
     VkDeviceSize align = lim->minStorageBufferOffsetAlignment ? lim->minStorageBufferOffsetAlignment : 1;
     VkDeviceSize off = vb->off + (VkDeviceSize)(a - b0);
     VkDeviceSize base = off / align * align, resid = off - base;
+    const tsl_tensor *root;
+    size_t roff;
+    if (backend_q4s(t, &root, &roff)) {
+        /* Q4_0 weights in the split layout (backend_impl.h): the kernels
+         * find a block's group from its 16-bit word in the binding, so the
+         * binding starts on a group of the root, on the device's alignment */
+        if (roff % BACKEND_Q4S_GROUP != 0) {
+            ledger_record(TSL_FAILED, i, node,
+                          "tensor '%s' views Q4_0 weight '%s' from byte %zu, inside a group of 8 blocks of the "
+                          "layout %s keeps it in (views of it start on %u-byte groups)",
+                          vk_label(t), root->name, roff, be->name, (unsigned)BACKEND_Q4S_GROUP);
+            return false;
+        }
+        const VkDeviceSize r0 = off - roff, g = BACKEND_Q4S_GROUP;
+        VkDeviceSize step = g;
+        while (step % align) step += g; /* lcm(144, align): align is a power of two */
+        if (r0 % align != 0) {
+            ledger_record(TSL_FAILED, i, node,
+                          "Q4_0 weight '%s' starts at byte %llu of its buffer, not on the device's %llu-byte "
+                          "binding alignment its layout needs",
+                          root->name, (unsigned long long)(r0 - vb->off), (unsigned long long)align);
+            return false;
+        }
+        base = r0 + (off - r0) / step * step;
+        resid = off - base;
+    }
     if (resid % (VkDeviceSize)es) {
         ledger_record(TSL_FAILED, i, node,
                       "tensor '%s' starts at byte offset %llu, not a multiple of its %d-byte elements", vk_label(t),
@@ -621,11 +647,46 @@ static int vk_resolve(vk_backend *be, tsl_graph *g, uint64_t compute) {
             ok = vk_bind_tensor(be, i, node, t, e, &x->b[j]);
             bytes += (double)tsl_nbytes(t);
         }
+        if (ok && backend_q4s(node, NULL, NULL)) {
+            ledger_record(TSL_FAILED, i, node,
+                          "%s writes into Q4_0 weight '%s', which %s keeps in a layout of its own: a weight "
+                          "(TSL_FLAG_WEIGHT) is written only through tsl_tensor_set",
+                          tsl_op_name(node->op), vk_label(node), be->name);
+            ok = false;
+        }
         if (!ok) continue;
         x->cost_s = core_node_flops(node) / 1e9 + bytes / 1e9;
         ne++;
     }
     return ne;
+}
+
+/* ---- split Q4_0 weights -------------------------------------------------------- */
+
+/* After fusion: the integer-dot products whose weights are held split
+ * (backend_q4s) get their kernel's twin that reads that layout (the same
+ * code, vk_kernels_mm.h VK_MM_Q4S_SET). A twin that fails to build fails
+ * its node, as its kernel would. */
+static void vk_q4s_twins(vk_backend *be, uint64_t compute, int n) {
+    for (int k = 0; k < n; k++) {
+        vk_exec *x = &be->exec[k];
+        const int t = x->kernel >= 0 ? vk_mm_q4s_twin(x->kernel) : -1;
+        if (t < 0 || !x->node || !backend_q4s(x->node->src[0], NULL, NULL)) continue;
+        const char *kname = vk_kernel_descs[t].name;
+        tsl_error rec;
+        fault_site site = {.compute = compute, .node = x->index, .tensor = x->node, .kernel = kname};
+        const vk_kernel *fk = NULL;
+        VkPipeline pipe = fault_plan_fire(be->base.faults, TSL_FAULT_KERNEL, &site) ? VK_NULL_HANDLE
+                                                                                     : vk_kernel_get(be->dev, t, &fk);
+        if (!pipe) {
+            vk_kernel_record(be, x->index, x->node, t, fk, &rec);
+            backend_kernel_fail(&be->base, kname, &rec);
+            ledger_record_kernel(x->index, x->node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
+            continue;
+        }
+        x->kernel = t;
+        x->pipe = pipe;
+    }
 }
 
 /* ---- fusion ------------------------------------------------------------------- */
@@ -2686,6 +2747,7 @@ static tsl_status vk_compute(vk_backend *be, tsl_graph *g, tsl_error *err) {
         ledger_sink_set(&be->ledger);
         n = vk_resolve(be, g, compute);
         if (!ledger_failed(&be->ledger)) n = vk_fuse_norms(be, g, vk_fuse_qkv_ropes(be, g, vk_fuse(be, g, n)));
+        if (!ledger_failed(&be->ledger)) vk_q4s_twins(be, compute, n);
         ledger_sink_clear(); /* lookups after this land in no sink and are only logged */
     }
     atomic_store_explicit(&be->base.resolve_ns, core_now_ns() - tr, memory_order_relaxed);
@@ -3461,6 +3523,7 @@ static const tsl_backend_vtable vk_vtable = {
     .buffer_set = vk_buffer_set,
     .buffer_get = vk_buffer_get,
     .buffer_recreate = vk_buffer_recreate,
+    .q4_split = true,
     .supports_op = vk_supports_op,
     .graph_compute_async = vk_graph_compute_async,
     .synchronize = vk_synchronize,
@@ -3510,6 +3573,8 @@ static void vk_vt_kernel_name(const tsl_backend *b, const tsl_tensor *node, char
     const vk_backend *be = (const vk_backend *)b;
     int id = vk_kernel_for(be->dev, node, (tsl_backend *)b, true);
     if (id < 0) id = vk_kernel_for(be->dev, node, (tsl_backend *)b, false);
+    const int tw = id >= 0 && backend_q4s(node->src[0], NULL, NULL) ? vk_mm_q4s_twin(id) : -1;
+    if (tw >= 0) id = tw; /* what runs (vk_q4s_twins) */
     snprintf(buf, n, "%s", id >= 0 ? vk_kernel_descs[id].name : "vulkan_none");
 }
 

@@ -193,6 +193,28 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
     Y(X, MUL_MAT_VECQ_##t##_NQ_W1024, "mul_mat_vecq_" tn "_f32_nq_w1024", 2, 4, "mul_mat_vecq_" tn "_f32_nq",    \
       VECQN, t, F32, 1024, 16, 2, l16, 4, 0x10000)
 
+/* Twins of the integer-dot kernels a Q4_0 node can get (the default, the
+ * long-row one, the fused ones) reading weights in the split layout
+ * (backend_impl.h, q4s.glsl): the same SPIR-V, spec constant KB with bit
+ * 17. Never a candidate: the backend swaps one in, after fusion, where a
+ * node's weights are held split (vk_backend.c, vk_q4s_twins), and a Q4_0
+ * integer-dot kernel without a twin does not apply to split weights. */
+#define VK_MM_Q4S_SET(Y, X)                                                                                      \
+    Y(X, MUL_MAT_VECQ_Q4_0_Q4S, "mul_mat_vecq_q4_0_f32_q4s", 2, 4, "mul_mat_vecq_q4_0_f32", VECQ, Q4_0, F32, 128, \
+      4, 2, 1, 4, 0x30000)                                                                                      \
+    Y(X, MUL_MAT_VECQ_Q4_0_dw128s2_Q4S, "mul_mat_vecq_q4_0_f32_dw128s2_q4s", 2, 4, "mul_mat_vecq_q4_0_f32", VECQ,  \
+      Q4_0, F32, 128, 2, 2, 1, 4, 0x30000)                                                                      \
+    Y(X, MUL_MAT_VECQ_Q4_0_ROPE_Q4S, "mul_mat_vecq_q4_0_f32_rope_q4s", 2, 4, "mul_mat_vecq_q4_0_f32_rope", VECQR,   \
+      Q4_0, F32, 128, 4, 2, 1, 4, 0x30000)                                                                      \
+    Y(X, MUL_MAT_VECQ_Q4_0_NS_Q4S, "mul_mat_vecq_q4_0_f32_ns_q4s", 2, 4, "mul_mat_vecq_q4_0_f32_ns", VECQS, Q4_0,   \
+      F32, 128, 4, 2, 1, 4, 0x30000)                                                                            \
+    Y(X, MUL_MAT_VECQ_Q4_0_ROPE_NS_Q4S, "mul_mat_vecq_q4_0_f32_rope_ns_q4s", 2, 4, "mul_mat_vecq_q4_0_f32_rope_ns", \
+      VECQR, Q4_0, F32, 128, 4, 2, 1, 4, 0x30000)                                                               \
+    Y(X, MUL_MAT_VECQ_Q4_0_NQ_Q4S, "mul_mat_vecq_q4_0_f32_nq_q4s", 2, 4, "mul_mat_vecq_q4_0_f32_nq", VECQN, Q4_0,   \
+      F32, 512, 16, 2, 1, 4, 0x30000)                                                                           \
+    Y(X, MUL_MAT_VECQ_Q4_0_NQ_W1024_Q4S, "mul_mat_vecq_q4_0_f32_nq_w1024_q4s", 2, 4, "mul_mat_vecq_q4_0_f32_nq",    \
+      VECQN, Q4_0, F32, 1024, 16, 2, 1, 4, 0x30000)
+
 /* The staged small-N kernel of a block type (8 columns): {W, S, R} = {w, 2,
  * 2} for its team fallback, KS | PF << 8 for the staged part; the default
  * (no suffix) is the team kernel alone, as for one column. */
@@ -292,6 +314,7 @@ enum { VK_MM_TILED, VK_MM_VEC, VK_MM_VECN, VK_MM_CM, VK_MM_CMEMU, VK_MM_VECQ, VK
     VK_MM_QR(Y, X, Q4_0, "q4_0", 1)                                                                              \
     VK_MM_QN(Y, X, Q8_0, "q8_0", 2)                                                                              \
     VK_MM_QN(Y, X, Q4_0, "q4_0", 1)                                                                              \
+    VK_MM_Q4S_SET(Y, X)                                                                                          \
     VK_MM_V(Y, X, BF16, "bf16", 2, , 128, 4, 2, 2, 0)                                                            \
     VK_MM_V(Y, X, BF16, "bf16", 2, _w128s1r2, 128, 1, 2, 2, 0)                                                   \
     Y(X, MUL_MAT_VEC_F16_F16, "mul_mat_vec_f16_f16", 2, 2, "mul_mat_vec_f16_f16", VEC, F16, F16, 128, 4, 2, 2, 0, 0) \

@@ -193,6 +193,10 @@ static int vk_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MA
         if (tsl_nelements(a) != tsl_nelements(n)) return 0;
         int k = vk_cpy_kernel(a->type, n->type);
         if (k < 0) return 0;
+        /* the raw block copy would carry the split layout of a Q4_0 weight
+         * into a tensor that is not in it (backend_q4s): tsl_tensor_get
+         * converts instead, on the scheduler's host path */
+        if (k == VK_K_CPY_Q4_0_Q4_0 && backend_q4s(a, NULL, NULL)) return 0;
         cand[0] = k;
         return 1;
     }
@@ -305,6 +309,12 @@ int vk_kernel_for(const vk_device *d, const tsl_tensor *n, tsl_backend *be, bool
         if (!k->runnable) continue;
         bool bad = atomic_load_explicit(&k->state, memory_order_acquire) == VK_KS_FAILED ||
                    (be && backend_kernel_any_failed(be) && backend_kernel_failed(be, vk_kernel_descs[cand[i]].name, NULL));
+        /* split Q4_0 weights run the candidate's twin (vk_q4s_twins): its
+         * failure is the node's too */
+        const int tw = n->op == TSL_OP_MUL_MAT && backend_q4s(n->src[0], NULL, NULL) ? vk_mm_q4s_twin(cand[i]) : -1;
+        if (tw >= 0)
+            bad = bad || atomic_load_explicit(&d->k[tw].state, memory_order_acquire) == VK_KS_FAILED ||
+                  (be && backend_kernel_any_failed(be) && backend_kernel_failed(be, vk_kernel_descs[tw].name, NULL));
         return bad && usable_only ? -1 : cand[i];
     }
     return -1;
@@ -443,6 +453,7 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = x->b[3].eoff;
         *p++ = vk_u32(a->ne[1]);
         *p++ = (uint32_t)x->index;
+        *p++ = backend_q4s(a, NULL, NULL) ? 1u : 0u; /* split Q4_0 (q4s.glsl) */
         vk_grid(d, ((uint64_t)tsl_nelements(n) + 255) / 256, grid);
         break;
     case VK_K_RMS_NORM_F32:
@@ -683,6 +694,7 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = x->b[0].eoff;
         *p++ = x->b[1].eoff;
         *p++ = x->b[3].eoff;
+        *p++ = backend_q4s(a, NULL, NULL) ? 1u : 0u; /* split Q4_0 (q4s.glsl) */
         grid[0] = (uint32_t)((n->ne[0] + 63) / 64);
         grid[1] = (uint32_t)((n->ne[1] + 63) / 64);
         grid[2] = (uint32_t)(n->ne[2] * n->ne[3]);
@@ -702,7 +714,8 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
                                (es[0] != 2 || x->b[0].eoff % 2 == 0) && (es[3] != 2 || x->b[3].eoff % 2 == 0);
             /* four: both dense, a count of whole fours, each side starting on a four */
             const bool quads = pairs && tsl_nelements(n) % 4 == 0 && x->b[0].eoff % 4 == 0 && x->b[3].eoff % 4 == 0;
-            *p++ = (ca ? 1u : 0u) | (cn ? 2u : 0u) | (pairs ? 4u : 0u) | (quads ? 8u : 0u);
+            *p++ = (ca ? 1u : 0u) | (cn ? 2u : 0u) | (pairs ? 4u : 0u) | (quads ? 8u : 0u) |
+                   (backend_q4s(a, NULL, NULL) ? 16u : 0u); /* split Q4_0 (q4s.glsl) */
             if (vk_cpy_to_block(x->kernel))
                 vk_grid(d, ((uint64_t)tsl_nelements(n) / TSL_QK8_0 + 63) / 64, grid);
             else

@@ -236,6 +236,9 @@ static bool vk_mm_applies_as(const vk_device *d, int id, const tsl_tensor *n, bo
         const uint32_t s = v->spec[1], r = v->spec[2], lpb = v->spec[3], kb = v->spec[5];
         const uint32_t qbb = v->type == TSL_TYPE_Q8_0 ? 32u : 16u;
         if (N != 1 || !d->f.int_dot || s == 0 || r == 0 || w % s != 0 || lpb == 0 || v->spec[4] == 0) return false;
+        /* split Q4_0 weights: only kernels with a twin for them (swapped in
+         * after fusion); the twins themselves are never a node's own */
+        if ((kb & 0x20000u) || (backend_q4s(a, NULL, NULL) && vk_mm_q4s_twin(id) < 0)) return false;
         if (qbb % lpb != 0 || (qbb / lpb != 8u && qbb / lpb != 16u)) return false;
         const uint32_t t = w / s;
         if (t % lpb != 0 || r > t) return false;
@@ -435,6 +438,19 @@ int vk_mm_candidates(const vk_device *d, const tsl_tensor *n, int cand[VK_MAX_CA
 
 /* ---- the integer-dot mat-vec's quantized column ------------------------------------ */
 
+int vk_mm_q4s_twin(int id) {
+    switch (id) {
+    case VK_K_MUL_MAT_VECQ_Q4_0: return VK_K_MUL_MAT_VECQ_Q4_0_Q4S;
+    case VK_K_MUL_MAT_VECQ_Q4_0_dw128s2: return VK_K_MUL_MAT_VECQ_Q4_0_dw128s2_Q4S;
+    case VK_K_MUL_MAT_VECQ_Q4_0_ROPE: return VK_K_MUL_MAT_VECQ_Q4_0_ROPE_Q4S;
+    case VK_K_MUL_MAT_VECQ_Q4_0_NS: return VK_K_MUL_MAT_VECQ_Q4_0_NS_Q4S;
+    case VK_K_MUL_MAT_VECQ_Q4_0_ROPE_NS: return VK_K_MUL_MAT_VECQ_Q4_0_ROPE_NS_Q4S;
+    case VK_K_MUL_MAT_VECQ_Q4_0_NQ: return VK_K_MUL_MAT_VECQ_Q4_0_NQ_Q4S;
+    case VK_K_MUL_MAT_VECQ_Q4_0_NQ_W1024: return VK_K_MUL_MAT_VECQ_Q4_0_NQ_W1024_Q4S;
+    default: return -1;
+    }
+}
+
 bool vk_mm_needs_quant(int kernel) {
     const vk_mm_info *v = vk_mm_info_of(kernel);
     return vk_mm_intdot(v);
@@ -461,6 +477,7 @@ enum {
     VK_MM_RES = 64,
     VK_MM_ROPE_NEOX = 128, /* mul_mat_vecq.comp's R_NEOX */
     VK_MM_WAIT = 256,      /* mul_mat_vecq.comp's MV_WAIT */
+    VK_MM_A_Q4S = 512,     /* Q4_0 weights in the split layout (q4s.glsl) */
 };
 
 /* The widest unit (16, 8 or 4 bytes) that every weight row of a block-type
@@ -529,7 +546,11 @@ uint32_t vk_mm_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
                          : 4u;
     if (b->nb[0] == es[1] && vk_mm_aligned(&x->b[1], b, es[1], 1, bunit)) flags |= VK_MM_B_WIDE;
     if (vk_mm_aligned(&x->b[3], n, 4, 1, 4)) flags |= VK_MM_D_WIDE;
-    const bool staged = v && vk_mm_staged(v);
+    const bool q4s = a == n->src[0] && backend_q4s(a, NULL, NULL);
+    if (q4s) flags |= VK_MM_A_Q4S;
+    /* (the staged kernel's 16-byte rows are the file's blocks: split
+     * weights take its team kernel) */
+    const bool staged = v && vk_mm_staged(v) && !q4s;
     if (staged) {
         uint32_t u = vk_mm_row_unit(&x->b[0], a);
         flags |= u == 16 ? VK_MM_A_U16 : u == 8 ? VK_MM_A_U8 : u == 4 ? VK_MM_A_U4 : 0u;

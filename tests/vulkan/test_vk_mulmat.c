@@ -385,6 +385,12 @@ static void run_family(int fam) {
                 continue;
             }
         }
+        if (fam == VK_MM_VECQ && (k->spec[5] & 0x20000u)) {
+            /* a twin for split Q4_0 weights: swapped in, never forced on
+             * plain ones (test_vk_ops.c, test_q4_split, runs it) */
+            printf("  %-38s reads split Q4_0 weights only: tested in vulkan_test_vk_ops\n", k->name);
+            continue;
+        }
         if (fam == VK_MM_VECQ && !g_info.integer_dot) {
             printf("  %-38s not available on this device: no integer dot products\n", k->name);
             continue;

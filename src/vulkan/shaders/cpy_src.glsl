@@ -2,7 +2,8 @@
  * cpy_src.glsl - binding 0 as the source of a converting copy, of type
  * SRC_F32, SRC_F16, SRC_BF16, SRC_Q8_0 or SRC_Q4_0, read as f32 bits
  * (conv.glsl): plain types through their element strides, block types
- * through 16-bit-word strides (rows of whole blocks, dense).
+ * through 16-bit-word strides (rows of whole blocks, dense); Q4_0 weights
+ * in the split layout (q4s.glsl) where the flags word has 16.
  *
  *   src_at(a0, a1, a2, a3)   the element at those coordinates, as f32 bits
  *
@@ -19,17 +20,24 @@ layout(binding = 0) readonly buffer A { uint16_t a[]; };
 #error "cpy_src.glsl: no SRC_ type"
 #endif
 
+#if defined(SRC_Q4_0)
+#include "q4s.glsl"
+#endif
 #if defined(SRC_Q8_0) || defined(SRC_Q4_0)
 #define SRC_BLOCK 1
 uint src_at(uint a0, uint a1, uint a2, uint a3) {
     const uint w = pc.oa + (a0 >> 5) * pc.sa0 + a1 * pc.sa1 + a2 * pc.sa2 + a3 * pc.sa3;
     const uint j = a0 & 31u;
-    const float s = uintBitsToFloat(f16_to_f32_bits(uint(a[w])));
 #if defined(SRC_Q8_0)
+    const float s = uintBitsToFloat(f16_to_f32_bits(uint(a[w])));
     const uint word = uint(a[w + 1u + (j >> 1)]);
     const float q = float(bitfieldExtract(int((j & 1u) != 0u ? (word >> 8) : word), 0, 8));
 #else
-    const uint word = uint(a[w + 1u + ((j & 15u) >> 1)]);
+    /* flags 16: the split layout (q4s.glsl) */
+    const bool split = (pc.flags & 16u) != 0u;
+    const uint g = q4s_block(w);
+    const float s = uintBitsToFloat(f16_to_f32_bits(uint(a[split ? q4s_scale16(g) : w])));
+    const uint word = uint(a[(split ? q4s_quant16(g) : w + 1u) + ((j & 15u) >> 1)]);
     const uint byte = (j & 1u) != 0u ? (word >> 8) & 0xffu : word & 0xffu;
     const float q = float(int(j < 16u ? (byte & 0xfu) : (byte >> 4)) - 8);
 #endif

@@ -16,6 +16,8 @@
  *                           blocks, elements otherwise)
  *   a_at(i)                 element i of the binding (plain types only), for
  *                           kernels that stride along a row
+ *
+ * Q4_0 weights may be in the split layout (q4s.glsl): the kernel sets a_q4s.
  */
 #extension GL_EXT_shader_16bit_storage : require
 
@@ -41,10 +43,21 @@ layout(binding = 0) readonly buffer A { uint16_t a[]; };
 #else
 #define A_BLOCK_WORDS 9u
 #endif
-float a_block_scale(uint w) { return unpackHalf2x16(uint(a[w])).x; }
+#if defined(A_Q4_0)
+#include "q4s.glsl"
+/* the weights are in the split layout (q4s.glsl): the including kernel
+ * sets this from its push constants before reading them */
+bool a_q4s = false;
+uint a_scale_word(uint w) { return a_q4s ? q4s_scale16(q4s_block(w)) : w; }
+uint a_quant_word(uint w, uint i) { return a_q4s ? q4s_quant16(q4s_block(w)) + i : w + 1u + i; }
+#else
+uint a_scale_word(uint w) { return w; }
+uint a_quant_word(uint w, uint i) { return w + 1u + i; }
+#endif
+float a_block_scale(uint w) { return unpackHalf2x16(uint(a[a_scale_word(w)])).x; }
 /* byte i of the block's quants */
 uint a_qbyte(uint w, uint i) {
-    uint word = uint(a[w + 1u + (i >> 1)]);
+    uint word = uint(a[a_quant_word(w, i >> 1)]);
     return (i & 1u) != 0u ? (word >> 8) : (word & 0xffu);
 }
 float a_block_q(uint w, uint j) {

@@ -21,6 +21,7 @@ layout(push_constant) uniform P {
     uint si0, si1, si2;       /* index strides (elements) */
     uint oa, oi, od;
     uint nrows, node;
+    uint flags;               /* 1: Q4_0 weights in the split layout (q4s.glsl) */
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
@@ -29,6 +30,9 @@ layout(binding = 3) writeonly buffer D { float d[]; };
 
 void main() {
     TSL_PROGRESS();
+#if defined(A_Q4_0)
+    a_q4s = (pc.flags & 1u) != 0u;
+#endif
     uint e = wg_linear() * 256u + gl_LocalInvocationID.x;
     if (e >= pc.ne0 * pc.n * pc.ne2 * pc.ne3) return;
     uint i0 = e % pc.ne0, r = e / pc.ne0;

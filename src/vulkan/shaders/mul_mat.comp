@@ -30,6 +30,7 @@ layout(push_constant) uniform P {
     uint sd1, sd2, sd3;
     uint r2, r3, B2;
     uint oa, ob, od;
+    uint flags;               /* 512: Q4_0 weights in the split layout (q4s.glsl) */
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
@@ -44,6 +45,9 @@ shared float As[BK][BM + 1u];
 shared float Bs[BK][BN + 1u];
 
 void main() {
+#if defined(A_Q4_0)
+    a_q4s = (pc.flags & 512u) != 0u;
+#endif
     TSL_PROGRESS();
     const uint tid = gl_LocalInvocationID.x;
     const uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;

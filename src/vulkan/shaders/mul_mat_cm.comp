@@ -82,6 +82,9 @@ layout(push_constant) uniform P {
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
+#if defined(A_Q4_0)
+#include "q4s.glsl"
+#endif
 #if defined(A_Q8_0) || defined(A_Q4_0)
 /* blocks as 16-bit words, the F16 scale first (see dtype.glsl) */
 layout(binding = 0) readonly restrict buffer A1 { uint16_t a16[]; };
@@ -197,8 +200,12 @@ void fetch(uint abase, uint bbase, uint m0, uint n0, uint k0, bool full) {
             q = uvec4(uint(a16[w]), uint(a16[o]) | (uint(a16[o + 1u]) << 16),
                       uint(a16[o + 2u]) | (uint(a16[o + 3u]) << 16), 0u);
 #else
-            const uint o = w + 1u + (j % 16u) / 2u;
-            q = uvec4(uint(a16[w]), uint(a16[o]) | (uint(a16[o + 1u]) << 16),
+            /* flags 512: the split layout (q4s.glsl) */
+            const bool split = (pc.flags & 512u) != 0u;
+            const uint g = q4s_block(w);
+            const uint sw = split ? q4s_scale16(g) : w;
+            const uint o = (split ? q4s_quant16(g) : w + 1u) + (j % 16u) / 2u;
+            q = uvec4(uint(a16[sw]), uint(a16[o]) | (uint(a16[o + 1u]) << 16),
                       uint(a16[o + 2u]) | (uint(a16[o + 3u]) << 16), j < 16u ? 0u : 4u);
 #endif
 #else

@@ -112,9 +112,16 @@ layout(binding = 0) readonly restrict buffer A1 { uint16_t a1[]; };
 #if defined(A_Q8_0)
 #define QW 16u /* quant words per block (2 values each) */
 #define BW 17u /* words per block, the scale first */
+#define A_SCALE16(w) (w)
+#define A_QUANT16(w) ((w) + 1u)
 #else
 #define QW 8u  /* 4 values each */
 #define BW 9u
+/* flags 512: the split layout (q4s.glsl; the host then runs a staged
+ * variant as its team kernel) */
+#include "q4s.glsl"
+#define A_SCALE16(w) ((pc.flags & 512u) != 0u ? q4s_scale16(q4s_block(w)) : (w))
+#define A_QUANT16(w) ((pc.flags & 512u) != 0u ? q4s_quant16(q4s_block(w)) : (w) + 1u)
 #endif
 #else
 #error "mul_mat_vec.comp: define one of A_F32, A_F16, A_BF16, A_Q8_0, A_Q4_0"
@@ -325,8 +332,8 @@ void main() {
         [[unroll]] for (uint j = 0u; j < U; j++)
             [[unroll]] for (uint r = 0u; r < R; r++) {
                 const uint w = arow[r] + (blk + j * bps) * BW;
-                [[unroll]] for (uint i = 0u; i < Q; i++) x[j][r][i] = uint(a1[w + 1u + lw * Q + i]);
-                s[j][r] = uint(a1[w]);
+                [[unroll]] for (uint i = 0u; i < Q; i++) x[j][r][i] = uint(a1[A_QUANT16(w) + lw * Q + i]);
+                s[j][r] = uint(a1[A_SCALE16(w)]);
             }
         [[unroll]] for (uint j = 0u; j < U; j++) {
             const uint e = (blk + j * bps) * 32u + 2u * Q * lw;
@@ -351,8 +358,8 @@ void main() {
             [[unroll]] for (uint r = 0u; r < R; r++) {
                 const uint w = arow[r] + blk * BW;
                 float v = 0.0;
-                [[unroll]] for (uint i = 0u; i < Q; i++) v += q_dot(uint(a1[w + 1u + lw * Q + i]), bl, bh, i);
-                acc[r][c] += unpackHalf2x16(uint(a1[w])).x * v;
+                [[unroll]] for (uint i = 0u; i < Q; i++) v += q_dot(uint(a1[A_QUANT16(w) + lw * Q + i]), bl, bh, i);
+                acc[r][c] += unpackHalf2x16(uint(a1[A_SCALE16(w)])).x * v;
             }
         }
     }

@@ -115,6 +115,9 @@ layout(constant_id = 3) const uint LPB = 1u;
 layout(constant_id = 4) const uint U = 4u;
 layout(constant_id = 5) const uint KBF = 512u;
 const uint KB = (KBF >> 16) != 0u ? 0u : KBF; /* KBF bit 16: no staging (KB 0) */
+/* KBF bit 17: Q4_0 weights in the split layout (q4s.glsl), LPB 1: a
+ * block's quants one 16-byte load, its scale one 2-byte load */
+const bool Q4S = (KBF & 0x20000u) != 0u;
 
 const uint W = gl_WorkGroupSize.x;
 const uint T = W / S;
@@ -166,6 +169,10 @@ const uint QW = QB / 4u;   /* ... as words */
 
 layout(binding = 0) readonly restrict buffer A1 { uint16_t a1[]; };
 layout(binding = 0) readonly restrict buffer A2 { uint a2[]; };
+#if defined(A_Q4_0)
+#include "q4s.glsl"
+layout(binding = 0) readonly restrict buffer A4 { uvec4 a4[]; };
+#endif
 layout(binding = 2) readonly restrict buffer Q1 { uint q1[]; };
 layout(binding = 2) readonly restrict buffer Q4 { uvec4 q4[]; };
 layout(binding = 2) readonly restrict buffer Q2 { uvec2 q2[]; };
@@ -465,6 +472,35 @@ vec2 act_scale(uint cb2, uint nb, uint b) {
  * middle of two when its bytes start on an odd 16-bit word */
 #define QUANT_WORD(w, i, odd) ((odd) ? ((w)[i] >> 16) | ((w)[(i) + 1u] << 16) : (w)[i])
 
+/* Block blk (clamped to the row) of row r into the lane's quant words wv
+ * (QW, and one more where they straddle an odd 16-bit word) and its scale
+ * sv: from the file's 18-byte blocks, or (Q4S) one 16-byte load of the
+ * group's quants and the scale from the group's tail (rg: the row's first
+ * block) */
+#if defined(A_Q4_0)
+#define LOAD_BLOCK(wv, sv, r, blk)                                               \
+    if (Q4S) {                                                                   \
+        const uint g_ = rg[r] + min(blk, nb - 1u);                               \
+        const uvec4 v_ = a4[q4s_quant16(g_) >> 3];                               \
+        [[unroll]] for (uint i_ = 0u; i_ < QW; i_++) wv[i_] = v_[i_];            \
+        wv[QW] = 0u;                                                             \
+        sv = uint(a1[q4s_scale16(g_)]);                                          \
+    } else {                                                                     \
+        const uint h_ = arow[r] + min(blk, nb - 1u) * BW, hq_ = h_ + qoff;       \
+        [[unroll]] for (uint i_ = 0u; i_ < QW; i_++) wv[i_] = a2[(hq_ >> 1) + i_]; \
+        wv[QW] = (hq_ & 1u) != 0u ? a2[(hq_ >> 1) + QW] : 0u;                    \
+        sv = uint(a1[h_]);                                                       \
+    }
+#else
+#define LOAD_BLOCK(wv, sv, r, blk)                                               \
+    {                                                                            \
+        const uint h_ = arow[r] + min(blk, nb - 1u) * BW, hq_ = h_ + qoff;       \
+        [[unroll]] for (uint i_ = 0u; i_ < QW; i_++) wv[i_] = a2[(hq_ >> 1) + i_]; \
+        wv[QW] = (hq_ & 1u) != 0u ? a2[(hq_ >> 1) + QW] : 0u;                    \
+        sv = uint(a1[h_]);                                                       \
+    }
+#endif
+
 void main() {
     TSL_PROGRESS();
     const uint wg = wg_linear();
@@ -506,6 +542,9 @@ void main() {
     [[unroll]] for (uint r = 0u; r < R; r++) arow[r] = abase + min(row0 + r, pc.M - 1u) * pc.sa1;
 #endif
 
+    uint rg[R]; /* (Q4S) each row's first block */
+    [[unroll]] for (uint r = 0u; r < R; r++) rg[r] = Q4S ? arow[r] / 9u : 0u;
+
     /* lane: bytes lp * QB .. of block lb of each step; a step is bps blocks */
     const uint bps = T / LPB, lb = lane / LPB, lp = lane % LPB;
     const uint qoff = 1u + lp * (QB / 2u); /* 16-bit words from the block's start */
@@ -517,13 +556,7 @@ void main() {
     uint sc[U][R];
     [[unroll]] for (uint j = 0u; j < U; j++) {
         const uint blk = j * bps + lb;
-        [[unroll]] for (uint r = 0u; r < R; r++) {
-            const uint h = arow[r] + min(blk, nb - 1u) * BW;
-            const uint hq = h + qoff;
-            [[unroll]] for (uint i = 0u; i < QW; i++) w[j][r][i] = a2[(hq >> 1) + i];
-            w[j][r][QW] = (hq & 1u) != 0u ? a2[(hq >> 1) + QW] : 0u;
-            sc[j][r] = uint(a1[h]);
-        }
+        [[unroll]] for (uint r = 0u; r < R; r++) LOAD_BLOCK(w[j][r], sc[j][r], r, blk);
     }
 
     const uint z0 = (pc.flags & MV_WAIT) != 0u ? wait_producer() : 0u; /* uniform */
@@ -559,7 +592,7 @@ void main() {
 #endif
                 const vec2 qb = act_scale(cb2, nb, blk);
                 [[unroll]] for (uint r = 0u; r < R; r++) {
-                    const bool odd = ((arow[r] + blk * BW + qoff) & 1u) != 0u;
+                    const bool odd = !Q4S && ((arow[r] + blk * BW + qoff) & 1u) != 0u;
                     int isum = 0;
                     [[unroll]] for (uint i = 0u; i < QW; i++) {
                         const uint q = QUANT_WORD(w[j][r], i, odd);
@@ -586,13 +619,7 @@ void main() {
         if (s + U < nsteps) {
             [[unroll]] for (uint j = 0u; j < U; j++) {
                 const uint blk = (s + U + j) * bps + lb;
-                [[unroll]] for (uint r = 0u; r < R; r++) {
-                    const uint h = arow[r] + min(blk, nb - 1u) * BW;
-                    const uint hq = h + qoff;
-                    [[unroll]] for (uint i = 0u; i < QW; i++) w[j][r][i] = a2[(hq >> 1) + i];
-                    w[j][r][QW] = (hq & 1u) != 0u ? a2[(hq >> 1) + QW] : 0u;
-                    sc[j][r] = uint(a1[h]);
-                }
+                [[unroll]] for (uint r = 0u; r < R; r++) LOAD_BLOCK(w[j][r], sc[j][r], r, blk);
             }
         }
     }

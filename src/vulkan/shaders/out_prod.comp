@@ -27,6 +27,7 @@ layout(push_constant) uniform P {
     uint sd1, sd2, sd3;
     uint r2, r3, B2;         /* B2/A2, B3/A3, B2 */
     uint oa, ob, od;
+    uint flags;              /* 1: Q4_0 weights in the split layout (q4s.glsl) */
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
@@ -48,6 +49,9 @@ float load_a(uint m, uint k, uint abase) {
 }
 
 void main() {
+#if defined(A_Q4_0)
+    a_q4s = (pc.flags & 1u) != 0u;
+#endif
     TSL_PROGRESS();
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
     const uint tid = ty * 16u + tx;
