@@ -85,6 +85,13 @@
  * a zero read after the workgroup's barrier, so no column load is moved
  * above the wait. The weights stream while the producer runs.
  *
+ * Split Q4_0 weights (KBF bit 17, the *_q4s twins; q4s.glsl): a weight the
+ * backend keeps in groups of 8 blocks, quants before scales. A block's 16
+ * quant bytes are then one aligned 16-byte load and its scale one 2-byte
+ * load, where the file's 18-byte blocks take four or five 4-byte loads and
+ * a 2-byte one: on the H100 the loads, not only the bytes, cost (0.23 ms of
+ * a Llama-3-8B token's 3.03, bench/RESULTS.md run 166). LPB 1 only.
+ *
  * Needs VK_KHR_shader_integer_dot_product (OpSDot, declared below through
  * GL_EXT_spirv_intrinsics: the GLSL compilers of Debian 12 predate
  * GL_EXT_integer_dot_product). The host uses the kernel only where the
@@ -477,6 +484,13 @@ vec2 act_scale(uint cb2, uint nb, uint b) {
  * sv: from the file's 18-byte blocks, or (Q4S) one 16-byte load of the
  * group's quants and the scale from the group's tail (rg: the row's first
  * block) */
+#define LOAD_FILE(wv, sv, r, blk)                                                \
+    {                                                                            \
+        const uint h_ = arow[r] + min(blk, nb - 1u) * BW, hq_ = h_ + qoff;       \
+        [[unroll]] for (uint i_ = 0u; i_ < QW; i_++) wv[i_] = a2[(hq_ >> 1) + i_]; \
+        wv[QW] = (hq_ & 1u) != 0u ? a2[(hq_ >> 1) + QW] : 0u;                    \
+        sv = uint(a1[h_]);                                                       \
+    }
 #if defined(A_Q4_0)
 #define LOAD_BLOCK(wv, sv, r, blk)                                               \
     if (Q4S) {                                                                   \
@@ -485,20 +499,9 @@ vec2 act_scale(uint cb2, uint nb, uint b) {
         [[unroll]] for (uint i_ = 0u; i_ < QW; i_++) wv[i_] = v_[i_];            \
         wv[QW] = 0u;                                                             \
         sv = uint(a1[q4s_scale16(g_)]);                                          \
-    } else {                                                                     \
-        const uint h_ = arow[r] + min(blk, nb - 1u) * BW, hq_ = h_ + qoff;       \
-        [[unroll]] for (uint i_ = 0u; i_ < QW; i_++) wv[i_] = a2[(hq_ >> 1) + i_]; \
-        wv[QW] = (hq_ & 1u) != 0u ? a2[(hq_ >> 1) + QW] : 0u;                    \
-        sv = uint(a1[h_]);                                                       \
-    }
+    } else LOAD_FILE(wv, sv, r, blk)
 #else
-#define LOAD_BLOCK(wv, sv, r, blk)                                               \
-    {                                                                            \
-        const uint h_ = arow[r] + min(blk, nb - 1u) * BW, hq_ = h_ + qoff;       \
-        [[unroll]] for (uint i_ = 0u; i_ < QW; i_++) wv[i_] = a2[(hq_ >> 1) + i_]; \
-        wv[QW] = (hq_ & 1u) != 0u ? a2[(hq_ >> 1) + QW] : 0u;                    \
-        sv = uint(a1[h_]);                                                       \
-    }
+#define LOAD_BLOCK(wv, sv, r, blk) LOAD_FILE(wv, sv, r, blk)
 #endif
 
 void main() {
