@@ -348,7 +348,7 @@ tsl_buffer *tsl_buffer_alloc_ctx(tsl_backend *be, tsl_context *ctx, tsl_error *e
 
 bool backend_q4s_would(const tsl_backend *be, const tsl_tensor *t) {
     return be && be->vt->q4_split && t && (t->flags & TSL_FLAG_WEIGHT) && t->type == TSL_TYPE_Q4_0 &&
-           tsl_is_contiguous(t) && tsl_nelements(t) % (8 * TSL_QK4_0) == 0;
+           tsl_is_contiguous(t) && tsl_nelements(t) % (8 * TSL_QK4_0) == 0 && be->vt->q4_split(be, t);
 }
 
 bool tsl_backend_relays_weight(const tsl_backend *be, const tsl_tensor *t) { return backend_q4s_would(be, t); }

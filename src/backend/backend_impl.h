@@ -54,9 +54,10 @@ typedef struct tsl_backend_vtable {
      * Returns ALLOC_FAILED (err filled) when the memory cannot be had; the
      * buffer is then unusable until a later recovery succeeds. */
     tsl_status (*buffer_recreate)(tsl_backend *be, void **handle, size_t size, tsl_error *err);
-    /* Keeps Q4_0 weights (TSL_FLAG_WEIGHT) in the split layout
-     * (backend_q4s): tensor copies convert, the kernels read it. */
-    bool q4_split;
+    /* Keeps Q4_0 weight t (TSL_FLAG_WEIGHT, its other conditions met) in
+     * the split layout (backend_q4s): tensor copies convert, the kernels
+     * read it. NULL: never. The answer must depend on t's shape alone. */
+    bool (*q4_split)(const tsl_backend *be, const tsl_tensor *t);
 
     bool (*supports_op)(const tsl_backend *be, const tsl_tensor *node);
     tsl_status (*graph_compute_async)(tsl_backend *be, tsl_graph *g, tsl_error *err);
@@ -194,7 +195,7 @@ struct tsl_buffer {
  * group by group (tsl_q4_0_split / _unsplit, core.h). A tensor is held so
  * when its root (view source) is flagged TSL_FLAG_WEIGHT, is Q4_0,
  * contiguous, of a whole number of groups, 16-byte aligned in its buffer,
- * and its buffer's backend has q4_split; t itself must be Q4_0 (a view of
+ * and its buffer's backend's q4_split takes it; t itself must be Q4_0 (a view of
  * the root). Returns the root and t's byte offset in it. */
 bool backend_q4s(const tsl_tensor *t, const tsl_tensor **root, size_t *roff);
 #define BACKEND_Q4S_GROUP 144u /* bytes of a group: 8 Q4_0 blocks */

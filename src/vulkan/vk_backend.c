@@ -3512,6 +3512,25 @@ static uint64_t vk_support_gen(const tsl_backend *b) {
     return atomic_load_explicit(&((const vk_backend *)b)->dev->kfail_gen, memory_order_acquire);
 }
 
+/* Which Q4_0 weights go to the split layout (backend_impl.h): rows of at
+ * most TSL_VULKAN_Q4_SPLIT_MAX_K elements (default 2048; 0: none). On the
+ * H100 the layout took 7% off a Qwen2.5-0.5B token's GPU time (rows of 896
+ * and 4864) and added 1-2% to a Llama-3-8B one's (4096 and 14336)
+ * (bench/RESULTS.md, run 167): short rows only, until long ones gain too. */
+static bool vk_q4_split(const tsl_backend *b, const tsl_tensor *t) {
+    (void)b;
+    static _Atomic int64_t max_k = -1;
+    int64_t m = atomic_load_explicit(&max_k, memory_order_relaxed);
+    if (m < 0) {
+        const char *e = getenv("TSL_VULKAN_Q4_SPLIT_MAX_K");
+        char *end = NULL;
+        long long v = e && *e ? strtoll(e, &end, 10) : -1;
+        m = e && *e && end && *end == '\0' && v >= 0 ? (int64_t)v : 2048;
+        atomic_store_explicit(&max_k, m, memory_order_relaxed);
+    }
+    return t->ne[0] <= m;
+}
+
 static const tsl_backend_vtable vk_vtable = {
     .name = vk_name,
     .device = vk_device_name,
@@ -3523,7 +3542,7 @@ static const tsl_backend_vtable vk_vtable = {
     .buffer_set = vk_buffer_set,
     .buffer_get = vk_buffer_get,
     .buffer_recreate = vk_buffer_recreate,
-    .q4_split = true,
+    .q4_split = vk_q4_split,
     .supports_op = vk_supports_op,
     .graph_compute_async = vk_graph_compute_async,
     .synchronize = vk_synchronize,

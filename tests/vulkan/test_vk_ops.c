@@ -2607,6 +2607,8 @@ int main(void) {
         return 0;
     }
     tsl_error err;
+    /* every flagged Q4_0 weight split, long rows too (test_q4_split) */
+    setenv("TSL_VULKAN_Q4_SPLIT_MAX_K", "1000000", 1);
     g_cpu = tsl_backend_cpu_new(2, &err);
     g_vk = tsl_backend_vulkan_new(-1, &err);
     if (!g_vk || !g_cpu) {
