@@ -254,6 +254,9 @@ struct vk_backend {
      * (TSL_VULKAN_FUSE_NORM=0), 1 always (=1), 2 (unset) for rows of at
      * most VK_NFUSE_AUTO_MAX values */
     int nfuse;
+    /* Q4_0 weights of rows up to this many values split (vk_q4_split;
+     * TSL_VULKAN_Q4_SPLIT_MAX_K, default 2048, 0 none) */
+    int q4s_max_k;
     vk_slot slots[VK_MAX_CB];
     vk_exec *exec;
     int exec_cap, n_exec;
@@ -531,6 +534,24 @@ static bool vk_prior_kernel(vk_backend *be, int i, tsl_tensor *node, const char 
     return false;
 }
 
+/* Kernel id's pipeline for node i, through the kernel fault site; a
+ * failure (injected, or the build's) goes into this backend's failure
+ * cache, as a real one, until recovery, and into the compute's record. */
+static VkPipeline vk_node_pipe(vk_backend *be, uint64_t compute, int i, tsl_tensor *node, int id) {
+    const char *kname = vk_kernel_descs[id].name;
+    tsl_error rec;
+    fault_site site = {.compute = compute, .node = i, .tensor = node, .kernel = kname};
+    const bool inj = fault_plan_fire(be->base.faults, TSL_FAULT_KERNEL, &site);
+    const vk_kernel *fk = NULL;
+    VkPipeline pipe = inj ? VK_NULL_HANDLE : vk_kernel_get(be->dev, id, &fk);
+    if (!pipe) {
+        vk_kernel_record(be, i, node, id, inj ? NULL : fk, &rec);
+        backend_kernel_fail(&be->base, kname, &rec);
+        ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
+    }
+    return pipe;
+}
+
 /* The kernel lookup of node i: fills the exec entry's kernel and pipeline,
  * or records why there is none. A kernel that fails to build (now, before,
  * on another backend of the device, or by injection) goes into this
@@ -560,21 +581,8 @@ static bool vk_resolve_kernel(vk_backend *be, uint64_t compute, int i, tsl_tenso
         return false;
     }
     const char *kname = vk_kernel_descs[id].name;
-    fault_site site = {.compute = compute, .node = i, .tensor = node, .kernel = kname};
-    if (fault_plan_fire(be->base.faults, TSL_FAULT_KERNEL, &site)) {
-        vk_kernel_record(be, i, node, id, NULL, &rec);
-        backend_kernel_fail(&be->base, kname, &rec); /* as a real failure: cached until recovery */
-        ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
-        return false;
-    }
-    const vk_kernel *fk = NULL;
-    VkPipeline pipe = vk_kernel_get(d, id, &fk);
-    if (!pipe) {
-        vk_kernel_record(be, i, node, id, fk, &rec);
-        backend_kernel_fail(&be->base, kname, &rec);
-        ledger_record_kernel(i, node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
-        return false;
-    }
+    VkPipeline pipe = vk_node_pipe(be, compute, i, node, id);
+    if (!pipe) return false;
     x->kernel = id;
     x->pipe = pipe;
     x->pipe2 = VK_NULL_HANDLE;
@@ -672,18 +680,8 @@ static void vk_q4s_twins(vk_backend *be, uint64_t compute, int n) {
         vk_exec *x = &be->exec[k];
         const int t = x->kernel >= 0 ? vk_mm_q4s_twin(x->kernel) : -1;
         if (t < 0 || !x->node || !backend_q4s(x->node->src[0], NULL, NULL)) continue;
-        const char *kname = vk_kernel_descs[t].name;
-        tsl_error rec;
-        fault_site site = {.compute = compute, .node = x->index, .tensor = x->node, .kernel = kname};
-        const vk_kernel *fk = NULL;
-        VkPipeline pipe = fault_plan_fire(be->base.faults, TSL_FAULT_KERNEL, &site) ? VK_NULL_HANDLE
-                                                                                     : vk_kernel_get(be->dev, t, &fk);
-        if (!pipe) {
-            vk_kernel_record(be, x->index, x->node, t, fk, &rec);
-            backend_kernel_fail(&be->base, kname, &rec);
-            ledger_record_kernel(x->index, x->node, kname, rec.driver_domain, rec.driver_code, rec.driver_text);
-            continue;
-        }
+        VkPipeline pipe = vk_node_pipe(be, compute, x->index, x->node, t);
+        if (!pipe) continue;
         x->kernel = t;
         x->pipe = pipe;
     }
@@ -3513,22 +3511,13 @@ static uint64_t vk_support_gen(const tsl_backend *b) {
 }
 
 /* Which Q4_0 weights go to the split layout (backend_impl.h): rows of at
- * most TSL_VULKAN_Q4_SPLIT_MAX_K elements (default 2048; 0: none). On the
+ * most TSL_VULKAN_Q4_SPLIT_MAX_K elements (default 2048; 0: none; the
+ * buffer's backend decides, so one tensor has one answer). On the
  * H100 the layout took 7% off a Qwen2.5-0.5B token's GPU time (rows of 896
  * and 4864) and added 1-2% to a Llama-3-8B one's (4096 and 14336)
  * (bench/RESULTS.md, run 167): short rows only, until long ones gain too. */
 static bool vk_q4_split(const tsl_backend *b, const tsl_tensor *t) {
-    (void)b;
-    static _Atomic int64_t max_k = -1;
-    int64_t m = atomic_load_explicit(&max_k, memory_order_relaxed);
-    if (m < 0) {
-        const char *e = getenv("TSL_VULKAN_Q4_SPLIT_MAX_K");
-        char *end = NULL;
-        long long v = e && *e ? strtoll(e, &end, 10) : -1;
-        m = e && *e && end && *end == '\0' && v >= 0 ? (int64_t)v : 2048;
-        atomic_store_explicit(&max_k, m, memory_order_relaxed);
-    }
-    return t->ne[0] <= m;
+    return t->ne[0] <= ((const vk_backend *)b)->q4s_max_k;
 }
 
 static const tsl_backend_vtable vk_vtable = {
@@ -3794,6 +3783,7 @@ tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
         const char *nf = getenv("TSL_VULKAN_FUSE_NORM");
         be->nfuse = !nf || !*nf ? 2 : strcmp(nf, "0") == 0 ? 0 : 1;
     }
+    be->q4s_max_k = vk_env_int("TSL_VULKAN_Q4_SPLIT_MAX_K", 0, INT_MAX, 2048);
     be->no_qfuse = getenv("TSL_VULKAN_FUSE_QUANT") && strcmp(getenv("TSL_VULKAN_FUSE_QUANT"), "0") == 0;
     const int spin = vk_env_int("TSL_VULKAN_SPIN_US", -1, 1000000, -1);
     /* (not on a CPU device: polling takes a core from the kernels) */

@@ -755,6 +755,20 @@ static void test_q4_split(void) {
     CHECK(tsl_backend_graph_compute(g_vk, gc, &err) == TSL_FAILED && strstr(err.message, "only through tsl_tensor_set"));
     tsl_error_clear(&err);
     CHECK(tsl_backend_graph_compute(g_vk, ga, &err) == TSL_SUCCESS); /* the failures latched nothing */
+    if (g_qdot) {
+        /* the integer-dot twin that reads the layout failing to build: the
+         * compute fails naming it, supports_op then says no to the product
+         * (the scheduler moves it), and recovery builds it again */
+        CHECK(tsl_backend_inject(g_vk, "kernel@name=mul_mat_vecq_q4_0_f32_q4s", &err) == TSL_SUCCESS);
+        tsl_error_clear(&err);
+        CHECK(tsl_backend_graph_compute(g_vk, ga, &err) == TSL_FAILED &&
+              strcmp(err.kernel, "mul_mat_vecq_q4_0_f32_q4s") == 0);
+        CHECK(!tsl_backend_supports_op(g_vk, y_all));
+        tsl_backend_inject_clear(g_vk);
+        CHECK(tsl_backend_recover(g_vk, &err) == TSL_SUCCESS && tsl_backend_supports_op(g_vk, y_all));
+        CHECK(tsl_backend_graph_compute(g_vk, ga, &err) == TSL_SUCCESS);
+        CHECK(tsl_tensor_get(y_all, r_ok, 0, sizeof r_ok, &err) == TSL_SUCCESS && memcmp(r_ok, r_all, sizeof r_ok) == 0);
+    }
     tsl_buffer_free(b2);
     tsl_ctx_free(g2);
     tsl_buffer_free(buf);

@@ -35,9 +35,8 @@ uint src_at(uint a0, uint a1, uint a2, uint a3) {
 #else
     /* flags 16: the split layout (q4s.glsl) */
     const bool split = (pc.flags & 16u) != 0u;
-    const uint g = q4s_block(w);
-    const float s = uintBitsToFloat(f16_to_f32_bits(uint(a[split ? q4s_scale16(g) : w])));
-    const uint word = uint(a[(split ? q4s_quant16(g) : w + 1u) + ((j & 15u) >> 1)]);
+    const float s = uintBitsToFloat(f16_to_f32_bits(uint(a[q4s_scale_at(split, w)])));
+    const uint word = uint(a[q4s_quant_at(split, w) + ((j & 15u) >> 1)]);
     const uint byte = (j & 1u) != 0u ? (word >> 8) & 0xffu : word & 0xffu;
     const float q = float(int(j < 16u ? (byte & 0xfu) : (byte >> 4)) - 8);
 #endif

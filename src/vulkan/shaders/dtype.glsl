@@ -48,8 +48,8 @@ layout(binding = 0) readonly buffer A { uint16_t a[]; };
 /* the weights are in the split layout (q4s.glsl): the including kernel
  * sets this from its push constants before reading them */
 bool a_q4s = false;
-uint a_scale_word(uint w) { return a_q4s ? q4s_scale16(q4s_block(w)) : w; }
-uint a_quant_word(uint w, uint i) { return a_q4s ? q4s_quant16(q4s_block(w)) + i : w + 1u + i; }
+uint a_scale_word(uint w) { return q4s_scale_at(a_q4s, w); }
+uint a_quant_word(uint w, uint i) { return q4s_quant_at(a_q4s, w) + i; }
 #else
 uint a_scale_word(uint w) { return w; }
 uint a_quant_word(uint w, uint i) { return w + 1u + i; }

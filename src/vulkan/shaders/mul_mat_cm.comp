@@ -202,10 +202,8 @@ void fetch(uint abase, uint bbase, uint m0, uint n0, uint k0, bool full) {
 #else
             /* flags 512: the split layout (q4s.glsl) */
             const bool split = (pc.flags & 512u) != 0u;
-            const uint g = q4s_block(w);
-            const uint sw = split ? q4s_scale16(g) : w;
-            const uint o = (split ? q4s_quant16(g) : w + 1u) + (j % 16u) / 2u;
-            q = uvec4(uint(a16[sw]), uint(a16[o]) | (uint(a16[o + 1u]) << 16),
+            const uint o = q4s_quant_at(split, w) + (j % 16u) / 2u;
+            q = uvec4(uint(a16[q4s_scale_at(split, w)]), uint(a16[o]) | (uint(a16[o + 1u]) << 16),
                       uint(a16[o + 2u]) | (uint(a16[o + 3u]) << 16), j < 16u ? 0u : 4u);
 #endif
 #else

@@ -80,7 +80,8 @@ layout(push_constant) uniform P {
     uint r2, r3, B2;
     uint oa, ob, od;
     uint flags;               /* 1: a rows 16-byte aligned; 2: b dense and 16-byte aligned;
-                                 8, 16, 32: block rows whole 16-, 8-, 4-byte units (STAGED) */
+                                 8, 16, 32: block rows whole 16-, 8-, 4-byte units (STAGED);
+                                 512: Q4_0 weights in the split layout (q4s.glsl) */
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
@@ -120,8 +121,8 @@ layout(binding = 0) readonly restrict buffer A1 { uint16_t a1[]; };
 /* flags 512: the split layout (q4s.glsl; the host then runs a staged
  * variant as its team kernel) */
 #include "q4s.glsl"
-#define A_SCALE16(w) ((pc.flags & 512u) != 0u ? q4s_scale16(q4s_block(w)) : (w))
-#define A_QUANT16(w) ((pc.flags & 512u) != 0u ? q4s_quant16(q4s_block(w)) : (w) + 1u)
+#define A_SCALE16(w) q4s_scale_at((pc.flags & 512u) != 0u, w)
+#define A_QUANT16(w) q4s_quant_at((pc.flags & 512u) != 0u, w)
 #endif
 #else
 #error "mul_mat_vec.comp: define one of A_F32, A_F16, A_BF16, A_Q8_0, A_Q4_0"

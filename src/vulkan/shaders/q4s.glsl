@@ -10,7 +10,12 @@
  *   q4s_scale16(g)    16-bit word of block g's scale
  *   q4s_quant16(g)    16-bit word of its first quant byte (a multiple of 8:
  *                     16-byte aligned, so q4s_quant16(g) / 8 indexes uvec4s)
+ *   q4s_scale_at(split, w), q4s_quant_at(split, w)
+ *                     the same from the block's file-layout word w, or the
+ *                     file layout's own words (w, w + 1) where not split
  */
 uint q4s_block(uint w) { return w / 9u; }
 uint q4s_scale16(uint g) { return (g >> 3) * 72u + 64u + (g & 7u); }
 uint q4s_quant16(uint g) { return (g >> 3) * 72u + (g & 7u) * 8u; }
+uint q4s_scale_at(bool split, uint w) { return split ? q4s_scale16(q4s_block(w)) : w; }
+uint q4s_quant_at(bool split, uint w) { return split ? q4s_quant16(q4s_block(w)) : w + 1u; }
