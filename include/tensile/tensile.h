@@ -214,9 +214,9 @@ bool tsl_op_is_view(tsl_op op);
 #define TSL_FLAG_READBACK 16u
 /* a read-only weight, written only through tsl_tensor_set: a device backend
  * may keep it in a layout its kernels read faster (the Vulkan backend keeps
- * Q4_0 weights of whole groups of 8 blocks with each group's quants before
+ * Q4_0 weights of whole groups of 64 blocks with each group's quants before
  * its scales). tsl_tensor_set/get convert, so callers always see the file's
- * bytes; copies then cover whole groups (144 bytes for Q4_0), and views
+ * bytes; copies then cover whole groups (1152 bytes for Q4_0), and views
  * start on one. Set it before the tensor's data is first written. */
 #define TSL_FLAG_WEIGHT 32u
 

@@ -348,7 +348,7 @@ tsl_buffer *tsl_buffer_alloc_ctx(tsl_backend *be, tsl_context *ctx, tsl_error *e
 
 bool backend_q4s_would(const tsl_backend *be, const tsl_tensor *t) {
     return be && be->vt->q4_split && t && (t->flags & TSL_FLAG_WEIGHT) && t->type == TSL_TYPE_Q4_0 &&
-           tsl_is_contiguous(t) && tsl_nelements(t) % (8 * TSL_QK4_0) == 0 && be->vt->q4_split(be, t);
+           tsl_is_contiguous(t) && tsl_nelements(t) % (CORE_Q4S_BLOCKS * TSL_QK4_0) == 0 && be->vt->q4_split(be, t);
 }
 
 bool tsl_backend_relays_weight(const tsl_backend *be, const tsl_tensor *t) { return backend_q4s_would(be, t); }
@@ -378,9 +378,9 @@ static tsl_status backend_q4s_io(tsl_backend *be, tsl_buffer *buf, const tsl_ten
     const size_t G = BACKEND_Q4S_GROUP;
     if (pos % G != 0 || size % G != 0)
         return error_set(err, TSL_FAILED, be->vt->name(be), be->vt->device(be), -1, t, NULL,
-                         "%s: %s keeps Q4_0 weight '%s' in groups of 8 blocks (%u bytes); bytes [%zu, %zu) of it "
+                         "%s: %s keeps Q4_0 weight '%s' in groups of %u blocks (%u bytes); bytes [%zu, %zu) of it "
                          "are not whole groups (copy whole groups, or the whole tensor)",
-                         what, be->vt->name(be), root->name, (unsigned)G, pos, pos + size);
+                         what, be->vt->name(be), root->name, CORE_Q4S_BLOCKS, (unsigned)G, pos, pos + size);
     const size_t cap = size < ((size_t)4 << 20) / G * G ? size : ((size_t)4 << 20) / G * G;
     uint8_t *tmp = malloc(cap);
     if (!tmp)

@@ -95,7 +95,11 @@ double core_node_flops(const tsl_tensor *t);
 bool core_op_can_inplace(tsl_op op);
 
 /* Q4_0 blocks to and from the split layout (backend_impl.h, backend_q4s):
- * n groups of 8 blocks, 144 bytes each, from src to dst (not overlapping). */
+ * n groups of CORE_Q4S_BLOCKS blocks (CORE_Q4S_BYTES each) from src to dst
+ * (not overlapping). A group is 64 blocks, 1152 bytes: nine 128-byte lines,
+ * so every group starts on a line where its tensor does. */
+#define CORE_Q4S_BLOCKS 64u
+#define CORE_Q4S_BYTES (18u * CORE_Q4S_BLOCKS)
 void tsl_q4_0_split(const void *src, void *dst, size_t n);
 void tsl_q4_0_unsplit(const void *src, void *dst, size_t n);
 

@@ -117,14 +117,15 @@ static bool quant_check(tsl_type t, const void *src, const void *dst, int64_t n)
     }
 }
 
-/* A group: blocks' quants at 16 b, their scales at 128 + 2 b (b = 0..7);
- * bytes moved as they are (the scales' byte order is the file's) */
+/* A group of G = CORE_Q4S_BLOCKS blocks: block b's quants at 16 b, its
+ * scale at 16 G + 2 b; bytes moved as they are (the scales' byte order is
+ * the file's) */
 void tsl_q4_0_split(const void *src, void *dst, size_t n) {
     const uint8_t *s = src;
     uint8_t *d = dst;
-    for (size_t g = 0; g < n; g++, s += 144, d += 144)
-        for (int b = 0; b < 8; b++) {
-            memcpy(d + 128 + 2 * b, s + 18 * b, 2);
+    for (size_t g = 0; g < n; g++, s += CORE_Q4S_BYTES, d += CORE_Q4S_BYTES)
+        for (unsigned b = 0; b < CORE_Q4S_BLOCKS; b++) {
+            memcpy(d + 16 * CORE_Q4S_BLOCKS + 2 * b, s + 18 * b, 2);
             memcpy(d + 16 * b, s + 18 * b + 2, 16);
         }
 }
@@ -132,9 +133,9 @@ void tsl_q4_0_split(const void *src, void *dst, size_t n) {
 void tsl_q4_0_unsplit(const void *src, void *dst, size_t n) {
     const uint8_t *s = src;
     uint8_t *d = dst;
-    for (size_t g = 0; g < n; g++, s += 144, d += 144)
-        for (int b = 0; b < 8; b++) {
-            memcpy(d + 18 * b, s + 128 + 2 * b, 2);
+    for (size_t g = 0; g < n; g++, s += CORE_Q4S_BYTES, d += CORE_Q4S_BYTES)
+        for (unsigned b = 0; b < CORE_Q4S_BLOCKS; b++) {
+            memcpy(d + 18 * b, s + 16 * CORE_Q4S_BLOCKS + 2 * b, 2);
             memcpy(d + 18 * b + 2, s + 16 * b, 16);
         }
 }

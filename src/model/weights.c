@@ -24,7 +24,7 @@
  *    Llama-3-8B Q4_0 is 4.3 GB); then consecutive runs of tensors, each as
  *    large as allowed.
  *  - Weights are flagged TSL_FLAG_WEIGHT: the backend may keep them in a
- *    layout its kernels read faster (Vulkan: Q4_0 in groups of 8 blocks,
+ *    layout its kernels read faster (Vulkan: Q4_0 in groups of 64 blocks,
  *    quants before scales), converting as they are uploaded. A run of
  *    tensors holding such a weight is packed, not laid out as the file:
  *    the file's bytes could not restore it.
@@ -57,8 +57,8 @@
 #include "model/llm_impl.h"
 
 #define DEVW_CHUNK ((size_t)64 << 20)
-/* a tensor's pieces: whole groups of a split Q4_0 weight (144 bytes) */
-#define DEVW_TCHUNK (DEVW_CHUNK / 144 * 144)
+/* a tensor's pieces: whole groups of a split Q4_0 weight (core.h) */
+#define DEVW_TCHUNK (DEVW_CHUNK / CORE_Q4S_BYTES * CORE_Q4S_BYTES)
 #define DEVW_PROGRESS_MIN_BYTES ((uint64_t)64 << 20)
 
 typedef struct devw_tensor {

@@ -255,7 +255,7 @@ struct vk_backend {
      * most VK_NFUSE_AUTO_MAX values */
     int nfuse;
     /* Q4_0 weights of rows up to this many values split (vk_q4_split;
-     * TSL_VULKAN_Q4_SPLIT_MAX_K, default 2048, 0 none) */
+     * TSL_VULKAN_Q4_SPLIT_MAX_K, default all, 0 none) */
     int q4s_max_k;
     vk_slot slots[VK_MAX_CB];
     vk_exec *exec;
@@ -449,14 +449,14 @@ static bool vk_bind_tensor(vk_backend *be, int i, const tsl_tensor *node, const 
          * binding starts on a group of the root, on the device's alignment */
         if (roff % BACKEND_Q4S_GROUP != 0) {
             ledger_record(TSL_FAILED, i, node,
-                          "tensor '%s' views Q4_0 weight '%s' from byte %zu, inside a group of 8 blocks of the "
+                          "tensor '%s' views Q4_0 weight '%s' from byte %zu, inside a group of %u blocks of the "
                           "layout %s keeps it in (views of it start on %u-byte groups)",
-                          vk_label(t), root->name, roff, be->name, (unsigned)BACKEND_Q4S_GROUP);
+                          vk_label(t), root->name, roff, CORE_Q4S_BLOCKS, be->name, (unsigned)BACKEND_Q4S_GROUP);
             return false;
         }
         const VkDeviceSize r0 = off - roff, g = BACKEND_Q4S_GROUP;
         VkDeviceSize step = g;
-        while (step % align) step += g; /* lcm(144, align): align is a power of two */
+        while (step % align) step += g; /* lcm(group, align): align is a power of two */
         if (r0 % align != 0) {
             ledger_record(TSL_FAILED, i, node,
                           "Q4_0 weight '%s' starts at byte %llu of its buffer, not on the device's %llu-byte "
@@ -3511,11 +3511,12 @@ static uint64_t vk_support_gen(const tsl_backend *b) {
 }
 
 /* Which Q4_0 weights go to the split layout (backend_impl.h): rows of at
- * most TSL_VULKAN_Q4_SPLIT_MAX_K elements (default 2048; 0: none; the
- * buffer's backend decides, so one tensor has one answer). On the
- * H100 the layout took 7% off a Qwen2.5-0.5B token's GPU time (rows of 896
- * and 4864) and added 1-2% to a Llama-3-8B one's (4096 and 14336)
- * (bench/RESULTS.md, run 167): short rows only, until long ones gain too. */
+ * most TSL_VULKAN_Q4_SPLIT_MAX_K elements (default: all; 0: none; the
+ * buffer's backend decides, so one tensor has one answer). In groups of 8
+ * blocks (144 bytes, not whole 128-byte lines) the layout took 7% off a
+ * Qwen2.5-0.5B token's GPU time on the H100 but added 1-2% to a
+ * Llama-3-8B one's (run 167); in groups of 64 (whole lines) both gain
+ * (run 168). */
 static bool vk_q4_split(const tsl_backend *b, const tsl_tensor *t) {
     return t->ne[0] <= ((const vk_backend *)b)->q4s_max_k;
 }
@@ -3783,7 +3784,7 @@ tsl_backend *tsl_backend_vulkan_new(int device_index, tsl_error *err) {
         const char *nf = getenv("TSL_VULKAN_FUSE_NORM");
         be->nfuse = !nf || !*nf ? 2 : strcmp(nf, "0") == 0 ? 0 : 1;
     }
-    be->q4s_max_k = vk_env_int("TSL_VULKAN_Q4_SPLIT_MAX_K", 0, INT_MAX, 2048);
+    be->q4s_max_k = vk_env_int("TSL_VULKAN_Q4_SPLIT_MAX_K", 0, INT_MAX, INT_MAX);
     be->no_qfuse = getenv("TSL_VULKAN_FUSE_QUANT") && strcmp(getenv("TSL_VULKAN_FUSE_QUANT"), "0") == 0;
     const int spin = vk_env_int("TSL_VULKAN_SPIN_US", -1, 1000000, -1);
     /* (not on a CPU device: polling takes a core from the kernels) */

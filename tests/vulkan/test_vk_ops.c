@@ -617,7 +617,7 @@ static void test_mul_mat(void) {
 /* ---- Q4_0 weights in the split layout -------------------------------------------- */
 
 /* A weight flagged TSL_FLAG_WEIGHT is kept by the Vulkan backend in groups
- * of 8 blocks, quants before scales (backend_impl.h, backend_q4s): every
+ * of 64 blocks, quants before scales (backend_impl.h, backend_q4s): every
  * kernel that reads Q4_0 must read it so, tensor copies convert, and what
  * cannot be right (a copy or a view inside a group, a kernel writing it)
  * fails with a record. */
@@ -648,6 +648,8 @@ static void build_q4s(tsl_context *ctx, vkt_case *c, const void *arg, bool ref) 
 /* The case against the CPU, and (same_bits) split against file layout on
  * Vulkan: the same arithmetic, so the same bits. */
 static void q4s_case(vkt_stat *st, q4s_arg a, unsigned long long seed, double atol, bool same_bits, const char *what) {
+    /* a weight of whole groups, or it is not split and nothing is tested */
+    CHECKF(a.K * a.M % (CORE_Q4S_BLOCKS * TSL_QK4_0) == 0, "%s: the weight is not whole groups", what);
     a.split = true;
     vkt_check(st, build_q4s, &a, seed, atol, 1e-5, what);
     if (!same_bits) return;
@@ -669,8 +671,8 @@ static void test_q4_split(void) {
      * kernel, the tiled one, and more columns (cooperative matrices or
      * their F16 copies where the device has them); rows of 896 (28
      * blocks: groups straddle rows), 4096 and 8192 (the long-row kernel) */
-    static const int64_t shapes[][3] = {{256, 64, 1}, {896, 24, 1}, {4096, 40, 1}, {8192, 16, 1}, {256, 64, 3},
-                                        {896, 24, 8}, {256, 64, 20}, {512, 128, 130}, {896, 24, 40}};
+    static const int64_t shapes[][3] = {{256, 64, 1}, {896, 32, 1}, {4096, 40, 1}, {8192, 16, 1}, {256, 64, 3},
+                                        {896, 32, 8}, {256, 64, 20}, {512, 128, 130}, {896, 32, 40}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         q4s_arg a = {.op = 0, .K = shapes[i][0], .M = shapes[i][1], .N = shapes[i][2]};
         char what[96];
@@ -684,15 +686,15 @@ static void test_q4_split(void) {
                                       {"mul_mat_cmemu_q4_0_f32", "33"}};
     for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
         setenv("TSL_VK_MM_VARIANT", forced[i][0], 1);
-        q4s_arg a = {.op = 0, .K = 896, .M = 24, .N = atoi(forced[i][1]), .float_col = true};
+        q4s_arg a = {.op = 0, .K = 896, .M = 32, .N = atoi(forced[i][1]), .float_col = true};
         char what[96];
         snprintf(what, sizeof what, "%s N %lld", forced[i][0], (long long)a.N);
         q4s_case(&st, a, 950 + i, a.N > 8 ? ldexp((double)a.K, -11) : 2e-5 * sqrt((double)a.K),
                  strstr(forced[i][0], "_st") == NULL, what);
         unsetenv("TSL_VK_MM_VARIANT");
     }
-    static const int64_t others[][4] = {{1, 256, 64, 9}, {1, 896, 24, 5}, {2, 896, 24, 0}, {3, 256, 64, 0},
-                                        {4, 64, 40, 7}};
+    static const int64_t others[][4] = {{1, 256, 64, 9}, {1, 896, 32, 5}, {2, 896, 32, 0}, {3, 256, 64, 0},
+                                        {4, 64, 64, 7}};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         q4s_arg a = {.op = (int)others[i][0], .K = others[i][1], .M = others[i][2], .N = others[i][3]};
         char what[96];
@@ -705,50 +707,51 @@ static void test_q4_split(void) {
      * gives the file's back; ranges inside a group are refused, whole
      * groups anywhere taken */
     tsl_context *ctx = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
-    tsl_tensor *w = tsl_new_tensor_2d(ctx, TSL_TYPE_Q4_0, 128, 16); /* 4 blocks a row, 8 groups */
+    tsl_tensor *w = tsl_new_tensor_2d(ctx, TSL_TYPE_Q4_0, 128, 128); /* 4 blocks a row, 8 groups */
     tsl_tensor *raw = tsl_new_tensor_1d(ctx, TSL_TYPE_I8, (int64_t)tsl_nbytes(w));
     w->flags |= TSL_FLAG_WEIGHT;
     tsl_error err;
-    tsl_buffer *buf = tsl_buffer_alloc(g_vk, 4096, &err);
+    tsl_buffer *buf = tsl_buffer_alloc(g_vk, 16384, &err);
     CHECK(buf && tsl_buffer_place(buf, w, 0, &err) == TSL_SUCCESS && tsl_buffer_place(buf, raw, 0, &err) == TSL_SUCCESS);
     CHECK(tsl_backend_relays_weight(g_vk, w) && !tsl_backend_relays_weight(g_cpu, w));
     const size_t nb = tsl_nbytes(w);
     unsigned char *src = malloc(nb), *want = malloc(nb), *got = malloc(nb);
     unsigned long long seed = 77;
     for (size_t i = 0; i < nb; i++) src[i] = (unsigned char)(test_rand_f(&seed, 0, 255.99f));
-    tsl_q4_0_split(src, want, nb / 144);
-    CHECK(memcmp(src, want, nb) != 0);
+    const size_t G = CORE_Q4S_BYTES; /* 16 rows */
+    tsl_q4_0_split(src, want, nb / G);
+    CHECK(nb == 8 * G && memcmp(src, want, nb) != 0);
     CHECK(tsl_tensor_set(w, src, 0, nb, &err) == TSL_SUCCESS);
     CHECK(tsl_tensor_get(raw, got, 0, nb, &err) == TSL_SUCCESS && memcmp(got, want, nb) == 0);
     CHECK(tsl_tensor_get(w, got, 0, nb, &err) == TSL_SUCCESS && memcmp(got, src, nb) == 0);
     CHECK(tsl_tensor_set(w, src, 18, 18, &err) == TSL_FAILED && strstr(err.message, "not whole groups"));
-    CHECK(tsl_tensor_get(w, got, 144, 100, &err) == TSL_FAILED && strstr(err.message, "groups of 8 blocks"));
+    CHECK(tsl_tensor_get(w, got, G, 100, &err) == TSL_FAILED && strstr(err.message, "groups of 64 blocks"));
     memset(got, 0, nb);
-    CHECK(tsl_tensor_set(w, src + 288, 288, 432, &err) == TSL_SUCCESS);
-    CHECK(tsl_tensor_get(w, got, 288, 432, &err) == TSL_SUCCESS && memcmp(got, src + 288, 432) == 0);
+    CHECK(tsl_tensor_set(w, src + 2 * G, 2 * G, 3 * G, &err) == TSL_SUCCESS);
+    CHECK(tsl_tensor_get(w, got, 2 * G, 3 * G, &err) == TSL_SUCCESS && memcmp(got, src + 2 * G, 3 * G) == 0);
 
     /* a view from a group's start reads right; one from inside a group
      * fails its compute with a record naming the weight; a kernel writing
      * the weight fails too */
     tsl_context *g2 = tsl_ctx_new((tsl_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
     tsl_tensor *x = tsl_new_tensor_1d(g2, TSL_TYPE_F32, 128);
-    tsl_tensor *ok_v = tsl_view_2d(g2, w, 128, 14, w->nb[1], 2 * w->nb[1]);   /* from row 2: byte 144 */
-    tsl_tensor *bad_v = tsl_view_2d(g2, w, 128, 15, w->nb[1], w->nb[1]);     /* from row 1: byte 72 */
+    tsl_tensor *ok_v = tsl_view_2d(g2, w, 128, 112, w->nb[1], 16 * w->nb[1]); /* from row 16: byte 1152 */
+    tsl_tensor *bad_v = tsl_view_2d(g2, w, 128, 127, w->nb[1], w->nb[1]);     /* from row 1: byte 72 */
     tsl_tensor *y_ok = tsl_mul_mat(g2, ok_v, x), *y_bad = tsl_mul_mat(g2, bad_v, x);
     tsl_tensor *y_all = tsl_mul_mat(g2, w, x);
-    tsl_tensor *wr = tsl_cpy(g2, tsl_new_tensor_2d(g2, TSL_TYPE_F32, 128, 16), w);
+    tsl_tensor *wr = tsl_cpy(g2, tsl_new_tensor_2d(g2, TSL_TYPE_F32, 128, 128), w);
     tsl_graph *ga = tsl_graph_build(g2, (tsl_tensor *[]){y_ok, y_all}, 2);
     tsl_graph *gb = tsl_graph_build(g2, &y_bad, 1);
     tsl_graph *gc = tsl_graph_build(g2, &wr, 1);
     tsl_buffer *b2 = tsl_buffer_alloc_ctx(g_vk, g2, &err);
     CHECK(ga && gb && gc && b2);
-    float xv[128], r_ok[14], r_all[16];
+    float xv[128], r_ok[112], r_all[128];
     for (int i = 0; i < 128; i++) xv[i] = test_rand_f(&seed, -1, 1);
     CHECK(tsl_tensor_set(w, src, 0, nb, &err) == TSL_SUCCESS && tsl_tensor_set(x, xv, 0, sizeof xv, &err) == TSL_SUCCESS);
     CHECK(tsl_backend_graph_compute(g_vk, ga, &err) == TSL_SUCCESS);
     CHECK(tsl_tensor_get(y_ok, r_ok, 0, sizeof r_ok, &err) == TSL_SUCCESS &&
           tsl_tensor_get(y_all, r_all, 0, sizeof r_all, &err) == TSL_SUCCESS);
-    CHECK(memcmp(r_ok, r_all + 2, sizeof r_ok) == 0);
+    CHECK(memcmp(r_ok, r_all + 16, sizeof r_ok) == 0);
     tsl_error_clear(&err);
     CHECK(tsl_backend_graph_compute(g_vk, gb, &err) == TSL_FAILED && strstr(err.message, "inside a group"));
     tsl_error_clear(&err);

@@ -86,7 +86,7 @@
  * above the wait. The weights stream while the producer runs.
  *
  * Split Q4_0 weights (KBF bit 17, the *_q4s twins; q4s.glsl): a weight the
- * backend keeps in groups of 8 blocks, quants before scales. A block's 16
+ * backend keeps in groups of 64 blocks, quants before scales. A block's 16
  * quant bytes are then one aligned 16-byte load and its scale one 2-byte
  * load, where the file's 18-byte blocks take four or five 4-byte loads and
  * a 2-byte one: on the H100 the loads, not only the bytes, cost (0.23 ms of
