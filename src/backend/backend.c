@@ -375,7 +375,7 @@ bool backend_q4s(const tsl_tensor *t, const tsl_tensor **root, size_t *roff) {
 static tsl_status backend_q4s_io(tsl_backend *be, tsl_buffer *buf, const tsl_tensor *t, const tsl_tensor *root,
                                  size_t pos, size_t boff, void *host, size_t size, bool write, tsl_error *err) {
     const char *what = write ? "tensor_set" : "tensor_get";
-    const size_t G = BACKEND_Q4S_GROUP;
+    const size_t G = CORE_Q4S_BYTES;
     if (pos % G != 0 || size % G != 0)
         return error_set(err, TSL_FAILED, be->vt->name(be), be->vt->device(be), -1, t, NULL,
                          "%s: %s keeps Q4_0 weight '%s' in groups of %u blocks (%u bytes); bytes [%zu, %zu) of it "

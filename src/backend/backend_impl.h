@@ -188,19 +188,18 @@ struct tsl_buffer {
     struct tsl_buffer *dev_prev, *dev_next; /* the device's buffer list */
 };
 
-/* The split layout of Q4_0 weights. Blocks go in groups of 64 (1152 bytes,
- * CORE_Q4S_BLOCKS in core.h): the 64 blocks' 16 quant bytes each, then their
- * 64 F16 scales, so a block's quants are one aligned 16-byte load and its
- * scale a 2-byte one, instead of an 18-byte block's five loads, and a warp's
- * 32 neighbouring blocks four whole 128-byte lines of quants and one of
- * scales. Same size as the file's layout, converted group by group
- * (tsl_q4_0_split / _unsplit, core.h). A tensor is held so
+/* The split layout of Q4_0 weights. Blocks go in groups of 64 (1152 bytes:
+ * CORE_Q4S_BLOCKS, CORE_Q4S_BYTES in core.h): the 64 blocks' 16 quant bytes
+ * each, then their 64 F16 scales, so a block's quants are one aligned
+ * 16-byte load and its scale a 2-byte one, instead of an 18-byte block's
+ * five loads, and a warp's 32 neighbouring blocks four whole 128-byte lines
+ * of quants and one of scales. Same size as the file's layout, converted
+ * group by group (tsl_q4_0_split / _unsplit, core.h). A tensor is held so
  * when its root (view source) is flagged TSL_FLAG_WEIGHT, is Q4_0,
  * contiguous, of a whole number of groups, 16-byte aligned in its buffer,
- * and its buffer's backend's q4_split takes it; t itself must be Q4_0 (a view of
- * the root). Returns the root and t's byte offset in it. */
+ * and its buffer's backend's q4_split takes it; t itself must be Q4_0 (a
+ * view of the root). Returns the root and t's byte offset in it. */
 bool backend_q4s(const tsl_tensor *t, const tsl_tensor **root, size_t *roff);
-#define BACKEND_Q4S_GROUP CORE_Q4S_BYTES /* bytes of a group (core.h) */
 /* Would a root tensor t flagged TSL_FLAG_WEIGHT be held split on be (its
  * placement aside, which buffers align)? For owners choosing how to restore
  * a buffer: its raw bytes are not the tensor's bytes then. */

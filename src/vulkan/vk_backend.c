@@ -447,14 +447,14 @@ static bool vk_bind_tensor(vk_backend *be, int i, const tsl_tensor *node, const 
         /* Q4_0 weights in the split layout (backend_impl.h): the kernels
          * find a block's group from its 16-bit word in the binding, so the
          * binding starts on a group of the root, on the device's alignment */
-        if (roff % BACKEND_Q4S_GROUP != 0) {
+        if (roff % CORE_Q4S_BYTES != 0) {
             ledger_record(TSL_FAILED, i, node,
                           "tensor '%s' views Q4_0 weight '%s' from byte %zu, inside a group of %u blocks of the "
                           "layout %s keeps it in (views of it start on %u-byte groups)",
-                          vk_label(t), root->name, roff, CORE_Q4S_BLOCKS, be->name, (unsigned)BACKEND_Q4S_GROUP);
+                          vk_label(t), root->name, roff, CORE_Q4S_BLOCKS, be->name, (unsigned)CORE_Q4S_BYTES);
             return false;
         }
-        const VkDeviceSize r0 = off - roff, g = BACKEND_Q4S_GROUP;
+        const VkDeviceSize r0 = off - roff, g = CORE_Q4S_BYTES;
         VkDeviceSize step = g;
         while (step % align) step += g; /* lcm(group, align): align is a power of two */
         if (r0 % align != 0) {
