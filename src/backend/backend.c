@@ -39,6 +39,7 @@
 
 #include "backend/backend_impl.h"
 #include "core/core.h"
+#include "fault/fault.h"
 
 /* Views nest at most this deep; anything deeper is a malformed cycle. */
 #define BACKEND_MAX_VIEW_DEPTH 32
@@ -382,7 +383,12 @@ static tsl_status backend_q4s_io(tsl_backend *be, tsl_buffer *buf, const tsl_ten
                          "are not whole groups (copy whole groups, or the whole tensor)",
                          what, be->vt->name(be), root->name, CORE_Q4S_BLOCKS, (unsigned)G, pos, pos + size);
     const size_t cap = size < ((size_t)4 << 20) / G * G ? size : ((size_t)4 << 20) / G * G;
-    uint8_t *tmp = malloc(cap);
+    /* host memory, where an allocation fault is injected too (alloc@) */
+    fault_site site = {.compute = atomic_load_explicit(&be->n_computes, memory_order_relaxed),
+                       .node = -1,
+                       .tensor = t,
+                       .bytes = cap};
+    uint8_t *tmp = fault_plan_fire(be->faults, TSL_FAULT_ALLOC, &site) ? NULL : malloc(cap);
     if (!tmp)
         return error_set(err, TSL_ALLOC_FAILED, be->vt->name(be), be->vt->device(be), -1, t, NULL,
                          "%s: no host memory (%zu bytes) to convert Q4_0 weight '%s'", what, cap, root->name);

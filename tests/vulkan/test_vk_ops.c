@@ -729,6 +729,16 @@ static void test_q4_split(void) {
     memset(got, 0, nb);
     CHECK(tsl_tensor_set(w, src + 2 * G, 2 * G, 3 * G, &err) == TSL_SUCCESS);
     CHECK(tsl_tensor_get(w, got, 2 * G, 3 * G, &err) == TSL_SUCCESS && memcmp(got, src + 2 * G, 3 * G) == 0);
+    /* the host memory of the conversion not had (injected): both ways fail
+     * with ALLOC_FAILED naming the weight, and the device's bytes are left
+     * as they were */
+    CHECK(tsl_backend_inject(g_vk, "alloc@bytes=9216", &err) == TSL_SUCCESS && nb == 9216);
+    tsl_tensor_set_name(w, "w_q4s");
+    CHECK(tsl_tensor_set(w, want, 0, nb, &err) == TSL_ALLOC_FAILED &&
+          strstr(err.message, "convert Q4_0 weight 'w_q4s'") && strcmp(err.tensor, "w_q4s") == 0);
+    CHECK(tsl_tensor_get(w, got, 0, nb, &err) == TSL_ALLOC_FAILED && strstr(err.message, "tensor_get"));
+    tsl_backend_inject_clear(g_vk);
+    CHECK(tsl_tensor_get(w, got, 0, nb, &err) == TSL_SUCCESS && memcmp(got, src, nb) == 0);
 
     /* a view from a group's start reads right; one from inside a group
      * fails its compute with a record naming the weight; a kernel writing
