@@ -714,12 +714,18 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
                                (es[0] != 2 || x->b[0].eoff % 2 == 0) && (es[3] != 2 || x->b[3].eoff % 2 == 0);
             /* four: both dense, a count of whole fours, each side starting on a four */
             const bool quads = pairs && tsl_nelements(n) % 4 == 0 && x->b[0].eoff % 4 == 0 && x->b[3].eoff % 4 == 0;
+            /* eight (blocks into a plain type): both dense, the destination's
+             * runs of eight on 16 bytes (the blocks' 32 elements make the count
+             * whole eights) */
+            const bool eights = ca && cn && tsl_type_is_quantized(a->type) && vk_cpy_to_plain(x->kernel) &&
+                                x->b[3].off % 16 == 0 && x->b[3].eoff % (16u / es[3]) == 0;
             *p++ = (ca ? 1u : 0u) | (cn ? 2u : 0u) | (pairs ? 4u : 0u) | (quads ? 8u : 0u) |
-                   (backend_q4s(a, NULL, NULL) ? 16u : 0u); /* split Q4_0 (q4s.glsl) */
+                   (backend_q4s(a, NULL, NULL) ? 16u : 0u) /* split Q4_0 (q4s.glsl) */ | (eights ? 32u : 0u);
             if (vk_cpy_to_block(x->kernel))
                 vk_grid(d, ((uint64_t)tsl_nelements(n) / TSL_QK8_0 + 63) / 64, grid);
             else
-                vk_grid(d, ((uint64_t)tsl_nelements(n) / (quads ? 4 : pairs ? 2 : 1) + 255) / 256, grid);
+                vk_grid(d, ((uint64_t)tsl_nelements(n) / (eights ? 8 : quads ? 4 : pairs ? 2 : 1) + 255) / 256,
+                        grid);
         } else if (vk_cpy_units(x->kernel)) {
             /* cpy_raw.comp: shapes in units (elements or blocks) */
             const int64_t bl = tsl_type_block_len(n->type);

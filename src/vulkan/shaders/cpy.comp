@@ -21,6 +21,11 @@
  * 4-element boundary; not for block sources): each invocation moves four
  * elements, an F32 side as one 16-byte access and a 16-bit side as one
  * 8-byte access, which is what it takes to stream at the memory's rate.
+ * Bit 5 (block sources: both contiguous, the destination's runs of eight
+ * on 16 bytes): each invocation decodes eight elements of a block and
+ * stores them as one 16-byte access (two for F32), instead of an
+ * invocation and a 2-byte store an element; a product's weights copied to
+ * F16 before the matrix units take them (vk_mm_wconv) are this copy.
  */
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
@@ -127,9 +132,39 @@ void copy_quad(uint q) {
 }
 #endif
 
+#if defined(SRC_BLOCK)
+layout(binding = 3) writeonly buffer D8 { uvec4 d8[]; };
+
+/* Bit 5: elements 8 i .. 8 i + 7 of two contiguous tensors, a quarter of
+ * source block i / 4 (whose first word is at oa + (i / 4) sa0) */
+void copy_eight(uint i) {
+    uint v[8];
+    src_block8(pc.oa + (i >> 2) * pc.sa0, (i & 3u) * 8u, v);
+#if defined(DST_F32)
+    d8[(pc.od >> 2) + 2u * i] = uvec4(v[0], v[1], v[2], v[3]);
+    d8[(pc.od >> 2) + 2u * i + 1u] = uvec4(v[4], v[5], v[6], v[7]);
+#else
+    uint h[8];
+    [[unroll]] for (uint k = 0u; k < 8u; k++)
+#if defined(DST_F16)
+        h[k] = f32_to_f16_bits(v[k]);
+#else
+        h[k] = f32_to_bf16_bits(v[k]);
+#endif
+    d8[(pc.od >> 3) + i] = uvec4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));
+#endif
+}
+#endif
+
 void main() {
     TSL_PROGRESS();
-#if !defined(SRC_BLOCK)
+#if defined(SRC_BLOCK)
+    if ((pc.flags & 32u) != 0u) {
+        const uint i = wg_linear() * 256u + gl_LocalInvocationID.x;
+        if (8u * i < pc.nd0 * pc.nd1 * pc.nd2 * pc.nd3) copy_eight(i);
+        return;
+    }
+#else
     if ((pc.flags & 8u) != 0u) {
         const uint q = wg_linear() * 256u + gl_LocalInvocationID.x;
         if (4u * q < pc.nd0 * pc.nd1 * pc.nd2 * pc.nd3) copy_quad(q);

@@ -6,6 +6,7 @@
  * in the split layout (q4s.glsl) where the flags word has 16.
  *
  *   src_at(a0, a1, a2, a3)   the element at those coordinates, as f32 bits
+ *   src_block8(w, j0, v)     (block types) eight elements of one block
  *
  * A block element is decoded as tsl_dequantize decodes it: the block's f16
  * scale (converted exactly) times the quant, one float product. The
@@ -42,6 +43,35 @@ uint src_at(uint a0, uint a1, uint a2, uint a3) {
 #endif
     precise float v = q * s;
     return floatBitsToUint(v);
+}
+
+/* Elements j0 .. j0 + 7 (j0 a multiple of 8) of the block at word w, as
+ * src_at gives them (the same product, the same bits): a run of eight
+ * shares the block's scale and four neighbouring quant words. */
+void src_block8(uint w, uint j0, out uint v[8]) {
+#if defined(SRC_Q8_0)
+    const float s = uintBitsToFloat(f16_to_f32_bits(uint(a[w])));
+    const uint q0 = w + 1u + (j0 >> 1);
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        const int word = int(a[q0 + i]);
+        precise float lo = float(bitfieldExtract(word, 0, 8)) * s;
+        precise float hi = float(bitfieldExtract(word, 8, 8)) * s;
+        v[2u * i] = floatBitsToUint(lo);
+        v[2u * i + 1u] = floatBitsToUint(hi);
+    }
+#else
+    const bool split = (pc.flags & 16u) != 0u;
+    const float s = uintBitsToFloat(f16_to_f32_bits(uint(a[q4s_scale_at(split, w)])));
+    const uint q0 = q4s_quant_at(split, w) + ((j0 & 15u) >> 1);
+    const uint sh = j0 < 16u ? 0u : 4u; /* elements 16.. are the high nibbles */
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        const uint word = uint(a[q0 + i]);
+        precise float lo = float(int((word >> sh) & 0xfu) - 8) * s;
+        precise float hi = float(int((word >> (8u + sh)) & 0xfu) - 8) * s;
+        v[2u * i] = floatBitsToUint(lo);
+        v[2u * i + 1u] = floatBitsToUint(hi);
+    }
+#endif
 }
 #else
 /* stored 16-bit source bits as f32 bits */
