@@ -665,6 +665,11 @@ uint32_t vk_op_params(const vk_device *d, const vk_exec *x, uint32_t pc[VK_PC_WO
         *p++ = vk_u32((int64_t)(n->nb[0] / 4));
         *p++ = x->b[0].eoff;
         *p++ = x->b[3].eoff;
+        /* rows read in 16-byte loads: dense, each starting on 16 bytes */
+        *p++ = a->nb[0] == 4 && x->b[0].off % 16 == 0 && x->b[0].eoff % 4 == 0 && (a->nb[1] / 4) % 4 == 0 &&
+                       (a->nb[2] / 4) % 4 == 0 && (a->nb[3] / 4) % 4 == 0
+                   ? 1u
+                   : 0u;
         vk_grid(d, (uint64_t)tsl_nrows(a), grid);
         break;
     case VK_K_CROSS_ENTROPY_LOSS_F32:

@@ -2309,10 +2309,14 @@ static void build_out_prod(tsl_context *ctx, vkt_case *c, const void *arg, bool 
 
 static void test_training_ops(void) {
     int cases = 0;
-    /* argmax over vocabulary-sized rows, exact */
-    for (int it = 0; it < 8; it++) {
-        am_arg a = {.ne0 = it < 2 || it >= 6 ? 50000 + rnd(0, 999) : rnd(1, 300),
-                    .ne1 = it >= 4 ? rnd(4, 12) : rnd(1, 6),
+    /* argmax over vocabulary-sized rows, exact; from it 8 rows that start on
+     * 16 bytes (read in 16-byte loads): whole quads, and one row with three
+     * elements past its last quad */
+    for (int it = 0; it < 12; it++) {
+        am_arg a = {.ne0 = it < 2 || (it >= 6 && it < 8) ? 50000 + rnd(0, 999) : it < 8 ? rnd(1, 300)
+                           : it < 11                    ? 4 * rnd(12500, 12800)
+                                                        : 4 * rnd(12500, 12800) + 3,
+                    .ne1 = it == 11 ? 1 : it >= 4 ? rnd(4, 12) : rnd(1, 6),
                     .ties = it % 2 == 1,
                     .special = it < 4 ? 0 : 1 + it % 2};
         char what[64];

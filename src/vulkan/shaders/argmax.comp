@@ -14,7 +14,12 @@
  * logits) right after the product that made it, so the row is read by one
  * workgroup of 512, eight loads in flight per invocation before any
  * compare (a load, a compare, the next load would leave one in flight and
- * take a round trip per element).
+ * take a round trip per element). Where the row is dense and on 16 bytes
+ * (flags 1) those are eight 16-byte loads, 32 elements a round trip: 8
+ * rounds for a row of 128256 instead of 31. That took only ~0.005 ms off
+ * an 8B token on the H200 (bench/RESULTS.md run 170; the kernel still
+ * shows ~21 us in the profile): one workgroup, so one multiprocessor,
+ * reads the whole row, and that, not the rounds, is most of its time.
  */
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -29,10 +34,12 @@ layout(push_constant) uniform P {
     uint sa0, sa1, sa2, sa3;
     uint sd0;
     uint oa, od;
+    uint flags; /* 1: sa0 = 1 and every row starts on 16 bytes */
     layout(offset = 124) uint tsl_node; /* the progress word's node + 1 (common.glsl) */
 } pc;
 
 layout(binding = 0) readonly buffer A { float a[]; };
+layout(binding = 0) readonly buffer A4 { vec4 a4[]; };
 layout(binding = 3) writeonly buffer D { int d[]; };
 
 const uint NONE = 0xffffffffu; /* nothing above -inf found */
@@ -49,6 +56,31 @@ void main() {
     float bv = -1.0 / 0.0;
     uint bi = NONE;
     uint i = tid;
+    if ((pc.flags & 1u) != 0u) {
+        /* quads q, q + WG, ...: each invocation still scans its share in
+         * rising index order; the elements past the last whole quad after */
+        const uint nq = pc.ne0 >> 2, xq = xa >> 2;
+        uint q = tid;
+        for (; q + (UNROLL - 1u) * WG < nq; q += UNROLL * WG) {
+            vec4 v[UNROLL];
+            [[unroll]] for (uint u = 0u; u < UNROLL; u++) v[u] = a4[xq + q + u * WG];
+            [[unroll]] for (uint u = 0u; u < UNROLL; u++)
+                [[unroll]] for (uint c = 0u; c < 4u; c++)
+                    if (v[u][c] > bv) {
+                        bv = v[u][c];
+                        bi = 4u * (q + u * WG) + c;
+                    }
+        }
+        for (; q < nq; q += WG) {
+            const vec4 v = a4[xq + q];
+            [[unroll]] for (uint c = 0u; c < 4u; c++)
+                if (v[c] > bv) {
+                    bv = v[c];
+                    bi = 4u * q + c;
+                }
+        }
+        i = 4u * nq + tid; /* at most three left, past every quad */
+    }
     for (; i + (UNROLL - 1u) * WG < pc.ne0; i += UNROLL * WG) {
         float v[UNROLL];
         [[unroll]] for (uint u = 0u; u < UNROLL; u++) v[u] = a[xa + (i + u * WG) * pc.sa0];
